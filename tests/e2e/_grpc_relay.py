@@ -4,8 +4,9 @@ trouble for a few asks: every unary call is passed on as bytes (its metadata too
 its answer (or status) passed back and recorded; ``fail_next`` answers the next calls of
 one method with a status of the test's instead, without asking the server; ``hang`` holds
 every call of one method unanswered (a server that accepts the call and never answers),
-until the caller gives up or the relay stops; ``before_next`` does something of the test's
-(closes a Run) before the next call of one method is passed on."""
+until the caller gives up or the relay stops; ``withhold`` passes every call of one method
+on and holds its answer (the server did it, the caller never hears); ``before_next`` does
+something of the test's (closes a Run) before the next call of one method is passed on."""
 
 from __future__ import annotations
 
@@ -27,33 +28,42 @@ class Relay:
     answered: list[tuple[str, grpc.StatusCode]] = field(default_factory=list)
     """Each call's method (its last part: ``ListWorkflowExecutions``) and its status, in
     the order they were answered."""
-    _failures: dict[str, list[grpc.StatusCode]] = field(default_factory=dict)
+    _failures: dict[str, list[tuple[grpc.StatusCode, bytes]]] = field(default_factory=dict)
     hung: dict[str, int] = field(default_factory=dict)
     """The methods whose calls are held unanswered (``hang``), each with how many of its
     calls are still passed on first."""
     held: list[str] = field(default_factory=list)
     """Each call held unanswered, by method, in the order they came."""
     _before: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    withheld: set[str] = field(default_factory=set)
+    """The methods whose calls are passed on and their answers held (``withhold``)."""
 
     def before_next(self, method: str, action: Callable[[], Awaitable[None]]) -> None:
         """Await ``action()`` before the next call of ``method`` is passed on (once)."""
         self._before[method] = action
 
-    def fail_next(self, method: str, status: grpc.StatusCode, times: int = 1) -> None:
+    def fail_next(
+        self, method: str, status: grpc.StatusCode, times: int = 1, details: bytes = b""
+    ) -> None:
         """Answer the next ``times`` calls of ``method`` with ``status`` (not asked of the
-        server)."""
-        self._failures.setdefault(method, []).extend([status] * times)
+        server), and ``details`` (a ``google.rpc.Status``'s bytes) when given."""
+        self._failures.setdefault(method, []).extend([(status, details)] * times)
 
     def hang(self, method: str, after: int = 0) -> None:
         """Hold every call of ``method`` from now on (past its next ``after``), unanswered
         and not asked of the server."""
         self.hung[method] = after
 
+    def withhold(self, method: str) -> None:
+        """Pass every call of ``method`` from now on to the server, and hold its answer
+        (recorded in ``held`` once the server gave it)."""
+        self.withheld.add(method)
+
     def of(self, method: str) -> list[grpc.StatusCode]:
         """The statuses of ``method``'s calls so far, in order."""
         return [status for name, status in self.answered if name == method]
 
-    def failure_for(self, method: str) -> grpc.StatusCode | None:
+    def failure_for(self, method: str) -> tuple[grpc.StatusCode, bytes] | None:
         queued = self._failures.get(method)
         return queued.pop(0) if queued else None
 
@@ -80,8 +90,10 @@ class _Forward(grpc.GenericRpcHandler):
                 await action()
             failure = self.relay.failure_for(name)
             if failure is not None:
-                self.relay.answered.append((name, failure))
-                await context.abort(failure, f"the relay answers {failure.name} (scripted)")
+                status, details = failure
+                self.relay.answered.append((name, status))
+                trailing = (("grpc-status-details-bin", details),) if details else ()
+                await context.abort(status, f"the relay answers {status.name} (scripted)", trailing)
             metadata = [
                 (key, value)
                 for key, value in context.invocation_metadata() or ()
@@ -93,6 +105,9 @@ class _Forward(grpc.GenericRpcHandler):
             except grpc.aio.AioRpcError as err:
                 self.relay.answered.append((name, err.code()))
                 await context.abort(err.code(), err.details() or "")
+            if name in self.relay.withheld:
+                self.relay.held.append(name)
+                await asyncio.Event().wait()  # never set: the caller's deadline ends it
             self.relay.answered.append((name, grpc.StatusCode.OK))
             return answer
 

@@ -17,6 +17,8 @@ from datetime import timedelta
 
 import grpc
 import pytest
+from temporalio.api.common.v1 import GrpcStatus
+from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from psych_runtime.activities.mcp._consent_callback import Waiting, index_key
@@ -36,6 +38,7 @@ from psych_runtime.workflows import (
     UpdateUnanswered,
 )
 from psych_runtime.workflows.client import _update_wait
+from psych_runtime.workflows.client._client_actions import NOT_READY_DELAYS
 from psych_runtime.workflows.client._update_wait import HELD_READ_TIMEOUT
 
 from .conftest import Harness
@@ -160,6 +163,80 @@ async def test_an_update_temporal_does_not_answer_ends_saying_so(harness: Harnes
                 client.steer(workflow_id, "hurry", scope=harness.scope, update_timeout=SHORT),
                 SHORT.total_seconds() + 3,
             )
+
+
+@pytest.mark.timeout(120)
+async def test_an_update_answered_whose_answer_never_came_back_says_so(
+    harness: Harness,
+) -> None:
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    harness.fake.enqueue(Reply.text("Monday it is"))
+    key = f"a-{uuid.uuid4().hex[:8]}"
+    async with harness.worker(), relayed_client(harness) as (relay, client):
+        # The server has the update and the Run's worker answers it; its answer never
+        # comes back to the client.
+        relay.withhold("UpdateWorkflowExecution")
+        err = await _unanswered(
+            client.answer(
+                workflow_id,
+                "q1",
+                "Monday",
+                scope=harness.scope,
+                idempotency_key=key,
+                update_timeout=SHORT,
+            )
+        )
+        assert relay.held == ["UpdateWorkflowExecution"]
+        # It was said "the Run's worker took it but had not answered it; it may still be
+        # applied": it had answered (and the answer was applied).
+        assert err.held == "completed"
+        assert err.why == (
+            f"Run {workflow_id}: the Run's worker answered the update psych.resume, but its "
+            "answer did not come back within 2 s (Temporal, asked after, has it answered): "
+            f"send it again under the same idempotency key ({key!r}), or ask `taken` with "
+            "it, to learn its outcome: it is applied at most once"
+        )
+        result = await harness.client.taken(workflow_id, key, scope=harness.scope)
+        assert result is not None and (result.id, result.outcome) == ("q1", "answered")
+
+
+@pytest.mark.timeout(120)
+async def test_an_update_not_ready_until_its_bound_ran_out_says_so(harness: Harness) -> None:
+    workflow_id, _ = await _asking_run(harness, f"k-{uuid.uuid4().hex[:8]}")
+    # Temporal refuses every attempt as not ready (the workflow task carrying it failed):
+    # the bound runs out in the pause before the next attempt.
+    not_ready = GrpcStatus(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="not ready")
+    not_ready.details.add().Pack(WorkflowNotReadyFailure())
+    key = f"a-{uuid.uuid4().hex[:8]}"
+    async with harness.worker(), relayed_client(harness) as (relay, client):
+        relay.fail_next(
+            "UpdateWorkflowExecution",
+            grpc.StatusCode.FAILED_PRECONDITION,
+            times=len(NOT_READY_DELAYS) + 1,
+            details=not_ready.SerializeToString(),
+        )
+        err = await _unanswered(
+            client.answer(
+                workflow_id,
+                "q1",
+                "Monday",
+                scope=harness.scope,
+                idempotency_key=key,
+                update_timeout=SHORT,
+            )
+        )
+        assert relay.of("UpdateWorkflowExecution") == [grpc.StatusCode.FAILED_PRECONDITION] * 5
+        # It was said "Temporal did not answer ..., and, asked after, holds no such update
+        # (it most likely never received it)": it answered each attempt, not ready.
+        assert "PollWorkflowExecutionUpdate" not in {name for name, _ in relay.answered}
+        assert err.held == "not-ready"
+        assert err.why == (
+            f"Run {workflow_id}: Temporal refused the update psych.resume as not ready (the "
+            "Run's workflow task that carried it failed, so it was not applied) and 2 s ran "
+            "out before it was sent again: send it again under the same idempotency key "
+            f"({key!r}), or ask `taken` with it, to learn its outcome: it is applied at most "
+            "once"
+        )
 
 
 @pytest.mark.timeout(120)

@@ -46,7 +46,7 @@ from psych_runtime.workflows.client._asked import (
     TemporalUnanswered,
     unanswered,
 )
-from psych_runtime.workflows.client._update_wait import update_timeout_given, update_wait
+from psych_runtime.workflows.client._update_wait import Sent, update_timeout_given, update_wait
 from psych_runtime.workflows.contract._carry import KeptAction
 from psych_runtime.workflows.contract._contract import (
     ABORT,
@@ -207,11 +207,11 @@ class RunActions(abc.ABC):
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:
-            # One bound for every attempt: the caller waits ``timeout`` in all.
-            async with update_wait(
-                workflow_id, f"the update {name}", timeout, idempotency_key, (self.temporal, id)
-            ):
+            # One bound for every attempt (``timeout`` in all); ``sent``: how the last went.
+            sent, what = Sent(self.temporal, id), f"the update {name}"
+            async with update_wait(workflow_id, what, timeout, idempotency_key, sent):
                 for delay in (*NOT_READY_DELAYS, None):
+                    sent.not_ready = False
                     try:
                         with _refusals(workflow_id):
                             return await handle.execute_update(
@@ -220,6 +220,7 @@ class RunActions(abc.ABC):
                     except RPCError as err:
                         if delay is None or not _not_ready(err):
                             raise
+                    sent.not_ready = True
                     await asyncio.sleep(delay)
             raise AssertionError("unreachable: the last attempt returns or raises")
         except RPCError as err:
@@ -319,8 +320,7 @@ class RunActions(abc.ABC):
         Raises:
             Refused: the Run took it, then refused it (answered meanwhile, expired).
             AccessDenied: another tenant's Run.
-            UpdateUnanswered: the Run did not answer it within ``update_timeout`` (None:
-                ``UPDATE_TIMEOUT``); ask again later.
+            UpdateUnanswered: not answered within ``update_timeout``; ask again later.
             ValueError: an ``update_timeout`` zero or negative.
         """
         timeout = update_timeout_given(update_timeout)

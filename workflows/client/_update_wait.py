@@ -17,7 +17,9 @@ Past the bound nothing the SDK saw tells "no worker took it" (Temporal admitted 
 and holds it) from "Temporal did not answer" (its send never answered): its loop swallows
 the answers short of ACCEPTED. So Temporal is asked once more, how far it has the update
 (``held_stage``: one PollWorkflowExecutionUpdate waiting for no stage past ADMITTED, which
-it answers at once, 2 ms measured on the dev server), and ``UpdateUnanswered`` says which.
+it answers at once, 2 ms measured on the dev server), and ``UpdateUnanswered`` says which;
+not when the bound ran out in the pause after Temporal refused an attempt as not ready
+(``Sent.not_ready``): then it holds no such update, and it did answer.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -69,8 +72,9 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
         """The key it was sent under (None: none)."""
         self.held = held
         """How far Temporal had the update, asked once the bound ran out (``held_stage``):
-        ``admitted``, ``accepted``, ``completed``, ``unknown``; None: not asked, or no
-        answer."""
+        ``admitted``, ``accepted``, ``completed``, ``unknown``; ``not-ready``: not asked,
+        Temporal refused its last attempt as not ready (``Sent.not_ready``); None: not
+        asked, or no answer."""
         within = f"within {timeout.total_seconds():g} s"
         learn = _learn(idempotency_key)
         if held == "admitted":
@@ -79,10 +83,21 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
                 f"task queue, or its worker is busy); it may still be applied when a worker "
                 f"takes it: {learn}"
             )
-        elif held in ("accepted", "completed"):
+        elif held == "accepted":
             said = (
                 f"the Run's worker took {what} but had not answered it {within}; it may "
                 f"still be applied: {learn}"
+            )
+        elif held == "completed":  # its answer was lost on the way, or came just after
+            said = (
+                f"the Run's worker answered {what}, but its answer did not come back "
+                f"{within} (Temporal, asked after, has it answered): {learn}"
+            )
+        elif held == "not-ready":
+            said = (
+                f"Temporal refused {what} as not ready (the Run's workflow task that carried "
+                f"it failed, so it was not applied) and {timeout.total_seconds():g} s ran out "
+                f"before it was sent again: {learn}"
             )
         elif held == "unknown":
             said = (
@@ -200,17 +215,28 @@ async def held_stage(client: Client, workflow_id: str, update_id: str) -> str | 
     return _HELD.get(answer.stage)
 
 
+@dataclass
+class Sent:
+    """An update sent in ``update_wait``'s block: the client that sent it and its id, for
+    ``held_stage`` once the bound ran out."""
+
+    client: Client
+    update_id: str
+    not_ready: bool = False
+    """Temporal refused its last attempt as not ready and it is not sent again yet: the
+    bound running out then is said so, not asked (Temporal holds no such update)."""
+
+
 @contextlib.asynccontextmanager
 async def update_wait(
     workflow_id: str,
     what: str,
     wait: timedelta,
     idempotency_key: str | None,
-    sent: tuple[Client, str] | None = None,
+    sent: Sent | None = None,
 ) -> AsyncIterator[None]:
-    """Bound the update waited for in the block by ``wait``. ``sent``: the client that
-    sent it and its update id, for ``held_stage`` once the bound ran out (up to
-    ``HELD_READ_TIMEOUT`` more).
+    """Bound the update waited for in the block by ``wait``. ``sent``: the update sent,
+    for ``held_stage`` once the bound ran out (up to ``HELD_READ_TIMEOUT`` more).
 
     Raises:
         UpdateUnanswered: the bound ran out (the SDK's error for it, or a sleep between
@@ -223,7 +249,10 @@ async def update_wait(
             yield
     except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
         if bound.expired():
-            held = None if sent is None else await held_stage(sent[0], workflow_id, sent[1])
+            held = None
+            if sent is not None:
+                held = "not-ready" if sent.not_ready else None
+                held = held or await held_stage(sent.client, workflow_id, sent.update_id)
             raise UpdateUnanswered(workflow_id, what, wait, idempotency_key, held=held) from err
         # The SDK turns a CANCELLED or DEADLINE_EXCEEDED Temporal answers into its error
         # too (its cause); any other is the caller's own cancellation, not ours to answer.
