@@ -10,7 +10,9 @@ words: a call that did not run when the flow failed before its request left, as 
 ``nothing_handed``, until 12-07 one that may have run; after it left, may have run), the
 others keep their answers, and the session is lent no more and
 closed after its last lease. A flow stopped for a person's consent (``ConsentNeeded``)
-still ends the session, as before (tests/e2e/test_mcp_consent.py: the Run asks again).
+fails its own request alone the same way since 12-07 (the consent asked for by the call
+whose request needed it: tests/activities/test_mcp_consent_owner.py; the Run asks again:
+tests/e2e/test_mcp_consent.py).
 
 Since sessions outlive a fault, a lease's ``SessionBroke`` named the session's last
 failure, which could be another lease's: one lease's reply over the egress bound, then
