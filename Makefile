@@ -74,7 +74,7 @@ reference: $(STAMP)
 	$(BIN)/python docs/_gen/reference.py
 
 # The fast loop: lint, types and every test that needs no Temporal server (the replay gate
-# included), in under two minutes; `make test` stays the whole suite.
+# included), in about three minutes on two CPUs; `make test` stays the whole suite.
 fast: $(STAMP)
 	$(BIN)/pytest -n 3 -m "not server" -p no:cacheprovider
 
