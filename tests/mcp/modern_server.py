@@ -67,6 +67,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.mcp.refusals import replaying
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -217,20 +219,6 @@ async def _body(receive: Receive) -> bytes:
             return body
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` with ``body``, already read, given again first."""
-    given = False
-
-    async def replay() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
-
-
 def _error(request_id: Any, code: int, message: str, status: int) -> Response:
     error = {"code": code, "message": message}
     return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=status)
@@ -268,7 +256,7 @@ def faulty(app: Asgi, state: State) -> Asgi:
                 said = "tools/list failed (a fault set on the control surface)"
                 await _error(request_id, INTERNAL_ERROR, said, 200)(scope, receive, send)
                 return
-        await app(scope, _replaying(body, receive), send)
+        await app(scope, replaying(body, receive), send)
 
     return faulted
 

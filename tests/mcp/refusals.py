@@ -37,6 +37,11 @@ async def refused(
         answer = JSONResponse({"error": f"{method} refused by the test"}, status_code=503)
         await answer(scope, receive, send)
         return None
+    return replaying(body, receive)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, already read, given again first."""
     given = False
 
     async def replay() -> Message:
