@@ -24,6 +24,7 @@ from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
     mcp_http_server,
     mcp_sse_server,
 )
+from tests.mcp.forked import stop_host
 
 DEADLOCK_INTERRUPT = ("temporalio.worker._workflow", "_InterruptDeadlockError")
 """The exception the Temporal SDK raises in a workflow thread that has not yielded for 2 s."""
@@ -60,6 +61,14 @@ def _console_logging_undone() -> Iterator[None]:
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h.formatter, ConsoleFormatter)]:
         root.removeHandler(handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mcp_fork_host() -> Iterator[None]:
+    """Stops this process's fork host of MCP test servers (``tests.mcp.forked``), if a test
+    started one, with the session."""
+    yield
+    stop_host()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from typing import IO, Any, Literal
 
 import httpx
 import pytest
+
+from tests.mcp.forked import ForkedProcess, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 Transport = Literal["streamable-http", "sse"]
@@ -40,7 +41,7 @@ class McpTestServer:
     """``streamable-http`` or ``sse``."""
     port: int
     """The loopback port it listens on."""
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     log: IO[bytes]
     """The process's stderr, kept for the failure message of a test that needs it."""
     _control: httpx.Client = field(init=False, repr=False)
@@ -132,7 +133,7 @@ def server_stderr(log: IO[bytes]) -> str:
     return Path(log.name).read_text(errors="replace")
 
 
-def stop_process(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+def stop_process(process: ForkedProcess, log: IO[bytes]) -> None:
     """Stop a server's own process (SIGTERM, SIGKILL after a grace period), then close and
     remove its stderr log."""
     if process.poll() is None:
@@ -169,16 +170,16 @@ def start_mcp_server(
 
     The caller stops it with ``stop()``.
     """
-    command = [sys.executable, "-m", "tests.mcp.server", "--transport", transport]
-    command += ["--filler", str(filler)]
+    args = ["--transport", transport]
+    args += ["--filler", str(filler)]
     if require_bearer:
-        command.append("--require-bearer")
+        args.append("--require-bearer")
     if json_response:
-        command.append("--json-response")
+        args.append("--json-response")
     if resumable:
-        command.append("--resumable")
+        args.append("--resumable")
     log = tempfile.NamedTemporaryFile(prefix="mcp-server-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+    process = spawn("tests.mcp.server", args, stderr=log)
     try:
         port = _read_port(process, Path(log.name))
     except BaseException:
@@ -189,7 +190,7 @@ def start_mcp_server(
     return McpTestServer(transport=transport, port=port, process=process, log=log)
 
 
-def _read_port(process: subprocess.Popen[bytes], log: Path) -> int:
+def _read_port(process: ForkedProcess, log: Path) -> int:
     assert process.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT
     with selectors.DefaultSelector() as selector:

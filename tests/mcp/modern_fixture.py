@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +13,8 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from tests.mcp.fixture import REPO, STOP_TIMEOUT, _read_port, server_stderr, stop_process
+from tests.mcp.fixture import STOP_TIMEOUT, _read_port, server_stderr, stop_process
+from tests.mcp.forked import ForkedProcess, spawn
 
 
 @dataclass
@@ -23,7 +22,7 @@ class ModernMcpServer:
     """A running ``tests.mcp.modern_server`` process and its control surface."""
 
     port: int
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     log: IO[bytes]
     _control: httpx.Client = field(init=False, repr=False)
 
@@ -76,13 +75,13 @@ def start_modern_server(
         list_ttl_ms: ``ttlMs`` of its ``tools/list`` results (None: the SDK's default, 0).
         list_scope: ``cacheScope`` of its ``tools/list`` results (None: ``private``).
     """
-    command = [sys.executable, "-m", "tests.mcp.modern_server"]
+    args: list[str] = []
     if list_ttl_ms is not None:
-        command += ["--list-ttl-ms", str(list_ttl_ms)]
+        args += ["--list-ttl-ms", str(list_ttl_ms)]
     if list_scope is not None:
-        command += ["--list-scope", list_scope]
+        args += ["--list-scope", list_scope]
     log = tempfile.NamedTemporaryFile(prefix="mcp-modern-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+    process = spawn("tests.mcp.modern_server", args, stderr=log)
     try:
         port = _read_port(process, Path(log.name))
     except BaseException:

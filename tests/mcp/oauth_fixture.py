@@ -7,8 +7,6 @@ import json
 import os
 import selectors
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -18,13 +16,13 @@ from typing import IO, Any
 import httpx
 
 from tests.mcp.fixture import (
-    REPO,
     START_TIMEOUT,
     STOP_TIMEOUT,
     Transport,
     server_stderr,
     stop_process,
 )
+from tests.mcp.forked import ForkedProcess, spawn
 
 
 @dataclass
@@ -38,7 +36,7 @@ class OAuthMcpServer:
     """The authorization server's loopback port."""
     as_host: str
     """The host name its issuer names (it listens on 127.0.0.1)."""
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     log: IO[bytes]
 
     @property
@@ -184,14 +182,14 @@ def start_oauth_server(
     ``tests.mcp.consent_server``, client id -> redirect URI) registered; return once both
     ports listen. ``as_host`` is the host its issuer names (it listens on 127.0.0.1);
     ``extra`` are further arguments of ``module``. The caller stops it with ``stop()``."""
-    command = [sys.executable, "-m", module, "--transport", transport]
+    args = ["--transport", transport]
     if as_host != "127.0.0.1":
-        command += ["--as-host", as_host]
+        args += ["--as-host", as_host]
     for client_id, secret in clients.items():
-        command += ["--client", f"{client_id}={secret}"]
-    command += list(extra)
+        args += ["--client", f"{client_id}={secret}"]
+    args += list(extra)
     log = tempfile.NamedTemporaryFile(prefix="mcp-oauth-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+    process = spawn(module, args, stderr=log)
     try:
         port, as_port = _read_ports(process, Path(log.name))
     except BaseException:
@@ -204,7 +202,7 @@ def start_oauth_server(
     return OAuthMcpServer(transport, port, as_port, as_host, process, log)
 
 
-def _read_ports(process: subprocess.Popen[bytes], log: Path) -> tuple[int, int]:
+def _read_ports(process: ForkedProcess, log: Path) -> tuple[int, int]:
     assert process.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT
     with selectors.DefaultSelector() as selector:
