@@ -48,8 +48,12 @@ would have, less the secret. The worker's payload converter is pydantic's
   keys) and what pydantic's converter sends for an iterator (it cannot send the others).
   Read once (``list``): an iterator is used up, so it becomes that list whether or not a
   secret was in it; an iterable whose reading raises becomes ``[UNENCODABLE:<class>]``.
-  One with a callable ``dict`` attribute is left as it is: the default JSON converter
-  sends what ``dict()`` makes instead.
+- Any other object with a callable ``dict`` attribute (pydantic v1's models, classes made
+  like them; an iterable one too): what its ``dict()`` makes, walked as any value (a
+  ``dict()`` making another such object read on, ``MAX_DETAIL_DEPTH`` times at most), which
+  is what the default JSON converter sends for it (pydantic's cannot send it). One whose
+  ``dict()`` raises (the encoder's error would be the failure's message) or makes such
+  objects without end: ``[UNENCODABLE:<class>]``.
 - A dataclass whose fields cannot be read or a model that cannot be dumped (neither
   converter could encode it): ``[UNENCODABLE:<class>]``.
 - A key that cannot be hashed once redacted: its text (``str``), redacted.
@@ -60,7 +64,6 @@ would have, less the secret. The worker's payload converter is pydantic's
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -73,6 +76,8 @@ from psych_runtime.activities.secrets._stand_ins import (
     blob_made,
     blob_read,
     kind_of,
+    refill,
+    shell_of,
     stand_in,
     unencodable,
 )
@@ -101,6 +106,8 @@ _TEXTS = (str, bytes)
 _CONTAINERS = (dict, list, tuple, set, frozenset, deque)
 _PLAIN = frozenset({*_TEXTS, *_CONTAINERS})
 """Types read as they are (no model, no dataclass): skipped by ``_stand_in`` at once."""
+_CHASED = frozenset({"enum", "dicted"})
+"""Kinds whose stand-in (an Enum's value, what a ``dict()`` makes) is read as any value."""
 _BUILT_LAST = (tuple, set, frozenset, deque)
 """Containers built once their items are (the others get an empty copy first)."""
 
@@ -139,7 +146,9 @@ class _DetailsWalk:
     the activity's) keeps its class and its attributes: a shallow ``copy.copy``, its
     contents then replaced through ``dict``'s or ``list``'s own methods, not the subclass's
     (the attributes are not walked). One ``copy.copy`` fails for comes back a plain
-    ``dict`` or ``list``. A named tuple stays one (one that cannot be built from its items
+    ``dict`` or ``list``; an ``OrderedDict``'s through ``OrderedDict``'s (dict's own left
+    its order holding the old keys: encoding it raised ``KeyError`` naming a redacted key,
+    until 12-07). A named tuple stays one (one that cannot be built from its items
     becomes a plain tuple, as does any other tuple subclass). A cycle through a rebuilt
     dict, list or dataclass is rebuilt too (the copy refers to the copy); a reference back
     to a tuple or set still being rebuilt (met only through a cycle) cannot be filled in
@@ -157,6 +166,7 @@ class _DetailsWalk:
         # without a secret, whether as a key it is its stand-in.
         self._views: dict[int, tuple[Any, str | None, bool, bool]] = {}
         self._fields: dict[int, tuple[tuple[str, Any], ...]] = {}  # a dataclass's fields
+        self._made: list[Any] = []  # what a dict() made and the walk read on from
         self._kinds: dict[type, Kind | None] = {}
         self._opaque: set[type] = set()  # classes of no kind (datetime, UUID): left as is
 
@@ -200,11 +210,12 @@ class _DetailsWalk:
             self._blobs[raw] = blob
         return value if blob is None else blob
 
-    def _stand_in(self, value: Any) -> Any:
+    def _stand_in(self, value: Any, chased: int = 0) -> Any:
         """What the walk reads in ``value``'s place (``_stand_ins``: a model's dump, an
-        Enum's value, a URL's text, an iterable's items), or the ``[UNENCODABLE:<class>]``
-        text; else ``value`` itself (a dataclass's fields read here, once). Each value's
-        stand-in is made once, each class's kind found once."""
+        Enum's value, what a ``dict()`` makes, a URL's text, an iterable's items), or the
+        ``[UNENCODABLE:<class>]`` text; else ``value`` itself (a dataclass's fields read
+        here, once). Each value's stand-in is made once, each class's kind found once;
+        ``chased``: how many values led to this one through ``_CHASED``."""
         if isinstance(value, _TEXTS):
             return value
         key = id(value)
@@ -236,8 +247,15 @@ class _DetailsWalk:
             self._views[key] = (blob_made(value, clean), None, True, True)
             return self._views[key][0]
         read, replace = stand_in(kind, value)
-        if kind == "enum" and not replace:
-            read = self._stand_in(read)  # its value as any other (a dataclass, a model)
+        if kind in _CHASED and not replace:
+            if chased < MAX_DETAIL_DEPTH:  # read as any value (a dataclass, a model...)
+                made = read
+                self._made.append(made)  # its id stays its own while the walk lasts
+                read = self._stand_in(made, chased + 1)
+                view = self._views.get(id(made))
+                replace = view is not None and view[2]  # unencodable or used up: so is this
+            else:  # each dict() makes another with a dict(): no encoder gets to the end
+                read, replace = unencodable(value), True
         if kind in KEYED_AS_TEXT:
             self._views[key] = (read, self._text(value), replace, False)
         else:
@@ -386,7 +404,7 @@ class _DetailsWalk:
             if isinstance(node, _BUILT_LAST):
                 open_last.add(here)
             else:
-                built[here] = _shell(node)
+                built[here] = shell_of(node)
             for child in self._nodes(node):
                 key = id(child)
                 if (
@@ -431,7 +449,7 @@ class _DetailsWalk:
             return out
 
         if isinstance(node, dict):
-            dict.update(shell, [(copied_key(k), copied(v)) for k, v in dict.items(node)])
+            refill(shell, [(copied_key(k), copied(v)) for k, v in dict.items(node)])
             return shell
         if not isinstance(node, _CONTAINERS):  # a dataclass: a copy of it, or a dict
             fields = [(name, copied(value)) for name, value in self._fields[id(node)]]
@@ -458,24 +476,3 @@ class _DetailsWalk:
             except Exception:  # its class's own constructor refused: a plain tuple (above)
                 return tuple(items)
         return tuple(items)
-
-
-def _shell(node: Any) -> Any:
-    """An empty container of ``node``'s class (with its attributes) to fill with its
-    redacted contents; a plain one when the class is ``dict``/``list`` or cannot be
-    copied. A dataclass's copy (its fields set by ``_fill``), or a dict when it cannot
-    be copied."""
-    if type(node) is dict or type(node) is list:
-        return type(node)()
-    plain: Any = [] if isinstance(node, list) else {}
-    try:
-        shell = copy.copy(node)
-    except Exception:  # the class's own copying failed: a plain one (_DetailsWalk)
-        return plain
-    if not isinstance(shell, type(plain) if isinstance(node, dict | list) else type(node)):
-        return plain  # a copy that is no dict (list, dataclass) at all
-    if isinstance(shell, dict):
-        dict.clear(shell)
-    elif isinstance(shell, list):
-        list.clear(shell)
-    return shell

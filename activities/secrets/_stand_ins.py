@@ -4,22 +4,26 @@ plain container: the kind of each class, found once per class, and a value's sta
 Each kind's stand-in is what the payload converters send for such a value (pydantic's,
 the worker's; else the SDK's default JSON one, whose encoder sends any iterable it does not
 know as a list), so a value whose stand-in holds a secret can be replaced by the stand-in
-redacted and still be encoded as it would have been, less the secret.
+redacted and still be encoded as it would have been, less the secret. Also the empty copy
+of a container the walk rebuilds (``shell_of``) and how a dict's is filled (``refill``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import re
 import sys
 from array import array
-from collections import UserString
+from collections import OrderedDict, UserString
 from collections.abc import Iterable, Iterator
 from pathlib import PurePath
 from typing import Any, Literal, cast
 
-Kind = Literal["model", "dataclass", "blob", "text", "enum", "pattern", "items", "iterator"]
+Kind = Literal[
+    "model", "dataclass", "blob", "text", "enum", "pattern", "dicted", "items", "iterator"
+]
 """How the walk reads a value (``kind_of``); a class of none of these is left as it is."""
 
 KEYED_AS_TEXT = frozenset({"model", "text"})
@@ -46,7 +50,7 @@ def kind_of(cls: type) -> Kind | None:
     if issubclass(cls, re.Pattern):
         return "pattern"
     if callable(getattr(cls, "dict", None)):
-        return None  # the default JSON converter sends what its dict() makes, not its items
+        return "dicted"  # the default JSON converter sends what its dict() makes instead
     if issubclass(cls, Iterator):
         return "iterator"
     if issubclass(cls, Iterable):
@@ -72,6 +76,8 @@ def stand_in(kind: Kind, value: Any) -> tuple[Any, bool]:
             return value.value, False
         if kind == "pattern":
             return str(value.pattern), False  # a bytes pattern as pydantic writes it
+        if kind == "dicted":
+            return value.dict(), False
         return list(value), kind == "iterator"
     except Exception:  # neither converter can encode it (the _details module doc)
         return unencodable(value), True
@@ -108,3 +114,38 @@ def blob_made(value: bytearray | memoryview | array[Any], clean: str | bytes) ->
 def unencodable(value: Any) -> str:
     """What stands for a value neither payload converter can encode (``_details``)."""
     return f"[UNENCODABLE:{type(value).__qualname__}]"
+
+
+def shell_of(node: Any) -> Any:
+    """An empty container of ``node``'s class (with its attributes) to fill with its
+    redacted contents; a plain one when the class is ``dict``/``list`` or cannot be
+    copied. A dataclass's copy (its fields set by the walk), or a dict when it cannot
+    be copied."""
+    if type(node) is dict or type(node) is list:
+        return type(node)()
+    plain: Any = [] if isinstance(node, list) else {}
+    try:
+        shell = copy.copy(node)
+    except Exception:  # the class's own copying failed: a plain one (_DetailsWalk)
+        return plain
+    if not isinstance(shell, type(plain) if isinstance(node, dict | list) else type(node)):
+        return plain  # a copy that is no dict (list, dataclass) at all
+    if isinstance(shell, OrderedDict):
+        # Its own clear: dict's leaves its order holding the keys, and iterating the copy
+        # then raised KeyError naming a redacted key (until 12-07), a secret itself.
+        OrderedDict.clear(shell)
+    elif isinstance(shell, dict):
+        dict.clear(shell)
+    elif isinstance(shell, list):
+        list.clear(shell)
+    return shell
+
+
+def refill(shell: dict[Any, Any], pairs: list[tuple[Any, Any]]) -> None:
+    """``shell`` (``shell_of`` a dict) given ``pairs``, through ``dict``'s own methods, not
+    its class's; an ``OrderedDict``'s through ``OrderedDict``'s, which keep its order."""
+    if isinstance(shell, OrderedDict):
+        for key, value in pairs:
+            OrderedDict.__setitem__(shell, key, value)
+    else:
+        dict.update(shell, pairs)

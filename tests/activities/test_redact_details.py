@@ -7,7 +7,7 @@ import enum
 import re
 import warnings
 from array import array
-from collections import UserList, UserString, deque
+from collections import OrderedDict, UserList, UserString, deque
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -29,8 +29,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverter
 from temporalio.exceptions import ApplicationError
 
-from psych_runtime.activities.secrets import Redactor
+from psych_runtime.activities.secrets import Redactor, StaticSecretResolver, resolve_secret
 from psych_runtime.activities.secrets._details import _TOO_DEEP, MAX_DETAIL_DEPTH
+from psych_runtime.specs import Scope
 
 CONVERTERS = [
     pytest.param(pydantic_data_converter, id="pydantic"),  # the worker's (PsychPlugin)
@@ -397,4 +398,86 @@ def test_scrub_walks_dict_views_and_other_iterables(converter: DataConverter) ->
     assert kept is fine
     if converter is pydantic_data_converter:  # it cannot send a kept dict view at all
         err = ApplicationError("failed", *err.details[:-1], type="Boom")
+    sent_clean(err, converter)
+
+
+class Grant:
+    """Not a model, but with a callable ``dict`` (as pydantic v1's models, and classes made
+    to look like them): the SDK's default JSON converter sends what it makes."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def dict(self) -> dict[str, Any]:
+        return {"token": self.token, "scopes": [Scoped(self.token)]}
+
+
+class Scoped:
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def dict(self) -> str:  # another with a dict(): read as any value, as the encoder does
+        return f"read for {self.token}"
+
+
+class Refusing:
+    def dict(self) -> dict[str, Any]:
+        # What the encoder raises becomes the failure's message ("Failed building
+        # exception result: ..."): it must never run in the failure sent.
+        raise ValueError("no dict for alpha-1")
+
+
+class Looping:
+    def dict(self) -> Looping:
+        return Looping()  # without end: no encoder can send it
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+async def test_scrub_walks_what_a_dict_method_makes(converter: DataConverter) -> None:
+    # Until 12-07 an object with a callable dict() was left as it was: the default JSON
+    # converter sent what its dict() made, the secret in it (and one whose dict() raised
+    # failed the encoding, its message quoting the secret). Pydantic's cannot send one.
+    secret = await resolve_secret(
+        StaticSecretResolver({"api_key": "alpha-1"}), Scope(tenant="acme"), "api_key"
+    )
+    fine = Grant("ok")
+    err = ApplicationError(
+        "failed",
+        Grant(secret),
+        [Refusing()],
+        {"grant": Grant(secret)},
+        Looping(),
+        fine,
+        type="Boom",
+    )
+    Redactor({"api_key": secret}).scrub(err)
+    grant, refusing, keyed, looping, kept = err.details
+    made = {"token": "[REDACTED:api_key]", "scopes": ["read for [REDACTED:api_key]"]}
+    assert grant == made
+    assert refusing == ["[UNENCODABLE:Refusing]"]  # as an iterable whose reading raises
+    assert keyed == {"grant": made}
+    assert looping == "[UNENCODABLE:Looping]"
+    assert kept is fine  # no secret in what it makes: the very object
+    if converter is pydantic_data_converter:  # it cannot send a kept one at all
+        err = ApplicationError("failed", *err.details[:-1], type="Boom")
+    sent_clean(err, converter)
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_rebuilds_an_ordered_dict_with_redacted_keys(converter: DataConverter) -> None:
+    # Until 12-07 an OrderedDict was refilled through dict's own methods, which left its
+    # order holding the old keys: encoding it raised KeyError('alpha-1'), a message the
+    # worker sends as the failure's ("Failed building exception result: 'alpha-1'").
+    ordered = OrderedDict([("alpha-1", "said alpha-1"), ("b", "fine"), ("c", {"alpha-1": 1})])
+    err = ApplicationError("failed", ordered, type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    (walked,) = err.details
+    assert type(walked) is OrderedDict
+    assert list(walked.items()) == [
+        ("[REDACTED:a]", "said [REDACTED:a]"),
+        ("b", "fine"),
+        ("c", {"[REDACTED:a]": 1}),
+    ]
+    walked.move_to_end("b")  # its order is whole: every key in it is in the dict
+    assert list(walked) == ["[REDACTED:a]", "c", "b"]
     sent_clean(err, converter)
