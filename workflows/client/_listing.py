@@ -102,7 +102,16 @@ class RunSummary:
     """Temporal's run id of the workflow execution listed. A Run an operator reset after
     it settled is listed twice under its workflow id: the execution it settled in
     (closed) and the one it runs on in; this tells them apart, and reads the closed one's
-    result (``PsychClient.result(execution=)``) without waiting for the other."""
+    result (``PsychClient.result(execution=)``) without waiting for the other.
+
+    A Run (or any workflow under the tenant's ``psych-<tenant>-`` ids and search
+    attributes, one started by hand with the ``temporal`` CLI too) that continued as new
+    after the listing's first page was read is listed on the pages after as the execution
+    it continued from: this is that execution's run id, closed ``ContinuedAsNew``, and the
+    summary shows its search attributes as they were when it continued (``status``,
+    ``suspension``: what it was then, terminal or not, not what the execution it goes on in
+    says now); a listing from the start shows the execution it goes on in
+    (``continued_since``)."""
 
 
 @dataclass(frozen=True)
