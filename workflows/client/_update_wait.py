@@ -53,6 +53,13 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
     learn the outcome, and which of the two it was when Temporal said how far it has the
     update (``held``). Pickles and copies whole (``__reduce__``)."""
 
+    held: str | None = None
+    """How far Temporal had the update, asked once the bound ran out (``held_stage``):
+    ``admitted``, ``accepted``, ``completed``, ``unknown``; ``not-ready``: not asked,
+    Temporal refused its last attempt as not ready (``Sent.not_ready``); None: not
+    asked, or no answer. A class default too: one pickled before the attribute existed
+    is rebuilt from its ``__dict__`` (``_rebuilt``), which has none, and reads None."""
+
     def __init__(
         self,
         workflow_id: str,
@@ -71,10 +78,6 @@ class UpdateUnanswered(WorkflowUpdateRPCTimeoutOrCancelledError):
         self.idempotency_key = idempotency_key
         """The key it was sent under (None: none)."""
         self.held = held
-        """How far Temporal had the update, asked once the bound ran out (``held_stage``):
-        ``admitted``, ``accepted``, ``completed``, ``unknown``; ``not-ready``: not asked,
-        Temporal refused its last attempt as not ready (``Sent.not_ready``); None: not
-        asked, or no answer."""
         within = f"within {timeout.total_seconds():g} s"
         learn = _learn(idempotency_key)
         if held == "admitted":
