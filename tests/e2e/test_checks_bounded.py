@@ -25,7 +25,7 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import PsychError
 from psych_runtime.workers.cli._main import _temporal_refusal
 from psych_runtime.workers.cli._runs import temporal_client
-from psych_runtime.workers.fleet._policy import check_fleet_policy
+from psych_runtime.workers.fleet._policy import DESCRIBE_TRIES, check_fleet_policy
 from psych_runtime.workers.fleet._pollers import has_live_poller
 from psych_runtime.workers.serve import AuthSettings, ServeSettings, create_app
 from psych_runtime.workers.serve.a2a._errors import a2a_error
@@ -157,6 +157,25 @@ async def test_a_queues_pollers_answered_at_once_are_not_called_silence(
                 await has_live_poller(client.temporal, "q", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
     assert relay.of("DescribeTaskQueue") == [status]
     _says_cancelled(failed.value, status, "a describe", "task queue 'q'")
+
+
+@pytest.mark.parametrize("status", [grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED])
+async def test_a_fleet_policy_check_answered_at_once_past_its_tries_is_not_a_refusal(
+    harness: Harness, status: grpc.StatusCode
+) -> None:
+    # A worker's start asks its queue's pollers again on a timeout's status Temporal
+    # answers at once; past the tries it raised that bare RPCError, which the worker's
+    # start printed "Temporal refused: ... (CANCELLED)": it refused nothing, it gave the
+    # describe up, as ``has_live_poller`` and a command's namespace check say.
+    queue = harness.settings.task_queue
+    async with relayed(harness.env.client.service_client.config.target_host) as relay:
+        client = await Client.connect(relay.target, namespace=harness.env.client.namespace)
+        relay.fail_next("DescribeTaskQueue", status, times=DESCRIBE_TRIES)
+        with pytest.raises(RPCError) as failed:
+            async with asyncio.timeout(BOUND):
+                await check_fleet_policy(client, queue, RulePolicy())
+    assert relay.of("DescribeTaskQueue") == [status] * DESCRIBE_TRIES
+    _says_cancelled(failed.value, status, "a describe", f"task queue {queue!r}")
 
 
 @pytest.mark.timeout(120)

@@ -25,7 +25,12 @@ from psych_runtime.activities.contract import (
 )
 from psych_runtime.activities.tools import Policy, policy_description, policy_digest
 from psych_runtime.specs import PsychError
-from psych_runtime.workflows import TEMPORAL_READ_TIMEOUT, TemporalUnanswered, waited_out
+from psych_runtime.workflows import (
+    TEMPORAL_READ_TIMEOUT,
+    TemporalUnanswered,
+    read_mapped,
+    waited_out,
+)
 
 POLLER_LIVE_SECONDS = 90.0
 """A poller the server last saw longer ago than this is taken for a stopped worker. An
@@ -95,6 +100,7 @@ async def check_fleet_policy(client: Client, task_queue: str, policy: Policy) ->
             digests, and this policy's description.
         TemporalUnanswered: Temporal did not answer a describe of the queue within
             ``TEMPORAL_READ_TIMEOUT`` (``_described``).
+        TemporalCancelled: it answered the describe's last try a timeout's status at once.
     """
     ours = policy_digest(policy)
     now = datetime.now(UTC)
@@ -159,7 +165,12 @@ async def _described(
 
     Raises:
         TemporalUnanswered: a try was not answered within ``TEMPORAL_READ_TIMEOUT``.
+        TemporalCancelled: the last try was answered a timeout's status at once (a
+            CANCELLED under load): Temporal gave the describe up, which is neither its
+            silence nor a refusal (``read_mapped``, as ``has_live_poller`` says it).
+        RPCError: Temporal refused, or failed transiently otherwise past the tries.
     """
+    subject = f"task queue {request.task_queue.name!r}"
     tries = 1
     while True:
         asked_at = time.monotonic()
@@ -169,11 +180,17 @@ async def _described(
             )
         except RPCError as err:
             if waited_out(err, asked_at, TEMPORAL_READ_TIMEOUT):
-                subject = f"task queue {request.task_queue.name!r}"
                 raise TemporalUnanswered(
                     None, "a describe", TEMPORAL_READ_TIMEOUT, err, subject=subject
                 ) from err
             if err.status not in _TRANSIENT or tries >= DESCRIBE_TRIES:
-                raise
+                raise read_mapped(
+                    err,
+                    None,
+                    "a describe",
+                    TEMPORAL_READ_TIMEOUT,
+                    asked_at=asked_at,
+                    subject=subject,
+                ) from err
         await asyncio.sleep(0.2 * 2 ** (tries - 1))
         tries += 1
