@@ -9,7 +9,7 @@ Temporal's own contrib plugins do. So its place in a ``plugins=[...]`` list does
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Self, cast
 
 from pydantic import ValidationError
@@ -26,11 +26,13 @@ from temporalio.converter import (
     SerializationContext,
 )
 from temporalio.plugin import SimplePlugin
+from temporalio.service import ConnectConfig, ServiceClient
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from psych_runtime.specs import PsychError, SpecError
 from psych_runtime.workers.codec import chain_codecs
+from psych_runtime.workflows import AttemptTimed
 
 SANDBOX_PASSTHROUGH = (
     # Pure data models shared by workflow and activity code; re-importing them per Run
@@ -211,6 +213,11 @@ class PsychPlugin(SimplePlugin):
     malformed update rejected. An activity's result the workflow cannot read fails only
     the workflow task (``ActivityPayloadConverter``: a later build's field, mid-upgrade).
 
+    The service client it connects sends the reads psych times (a describe, a page of a
+    history or a listing) one attempt at a time, retried as the SDK's core would
+    (``AttemptTimed``): a timeout's status Temporal answers at once after transient
+    failures is then told from its silence by the last attempt's time, not all of them.
+
     Each setting extends what the client or worker already has (a payload codec, a failure
     converter, another plugin's passthrough modules, an unsandboxed runner), so the plugin
     composes with others, such as tracing, in either order.
@@ -231,3 +238,12 @@ class PsychPlugin(SimplePlugin):
             workflow_runner=_sandboxed_runner,
             workflow_failure_exception_types=[PsychError, ValidationError],
         )
+
+    async def connect_service_client(
+        self,
+        config: ConnectConfig,
+        next: Callable[[ConnectConfig], Awaitable[ServiceClient]],
+    ) -> ServiceClient:
+        """The connected service client, its timed reads' attempts made one at a time
+        (``AttemptTimed``), so a read's timeout's status is timed by its last attempt."""
+        return AttemptTimed(await next(config))

@@ -17,6 +17,7 @@ from psych_runtime.workflows.client._asked import (
     read_mapped,
     waited_out,
 )
+from psych_runtime.workflows.client._attempts import AttemptFailed, AttemptTimed
 from psych_runtime.workflows.client._call_inputs import TenantBlobs
 from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
 from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
@@ -120,6 +121,8 @@ __all__ = [
     "AbortRequested",
     "AgentRun",
     "AgentRunInput",
+    "AttemptFailed",
+    "AttemptTimed",
     "CallSuspensionReason",
     "ChildSettled",
     "ChildSpawned",

@@ -29,6 +29,7 @@ from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from psych_runtime.specs import NotFound
+from psych_runtime.workflows.client._attempts import AttemptFailed
 
 _UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 """A query's timeout, as the server (deadline exceeded) or the client's transport
@@ -307,7 +308,11 @@ def waited_out(err: RPCError, asked_at: float, bound: timedelta) -> bool:
     """Whether ``err`` ended a call asked at ``asked_at`` (``time.monotonic()``) that waited
     ``bound``: Temporal's silence, not its answer. The client's own timeout is a
     DEADLINE_EXCEEDED or a CANCELLED, told from a CANCELLED a server under load answers at
-    once by the time it took (most of ``bound``)."""
+    once by the time it took (most of ``bound``): of its last attempt when the read was
+    sent again after transient failures (``AttemptFailed``, ``_attempts.py``), not of the
+    attempts and pauses before it."""
+    if isinstance(err, AttemptFailed):
+        asked_at = max(asked_at, err.asked_at)
     waited = time.monotonic() - asked_at
     return err.status in _UNANSWERED and waited >= bound.total_seconds() * 0.9
 
