@@ -211,6 +211,30 @@ async def test_without_a_worker_actions_and_reads_answer_503_within_the_bound(
     assert took < 15  # two bounds of 1 s, with the server's own answers
 
 
+async def test_an_action_no_worker_takes_answers_503_saying_temporal_holds_it(
+    harness: Harness,
+) -> None:
+    # The update's wait (the query timeout) ran out and Temporal, asked then, said it
+    # holds the update, no worker took it (``UpdateUnanswered.held``): the 503 said only
+    # "no worker answered ...", the words it has when Temporal was not asked or did not
+    # say, though a request Temporal never received is not a worker's silence.
+    spec = AgentBuilder("idle").model("fake-model").build()
+    run = await harness.client.dispatch(spec, "hello", scope=harness.scope)
+    async with served(harness, query_timeout_seconds=1.0) as base, httpx.AsyncClient() as http:
+        url = f"{base}/v1/runs/{run.workflow_id}"
+        approve = await http.post(
+            f"{url}/approve", json={"call_id": "c1"}, headers=ACME, timeout=30
+        )
+    assert approve.status_code == 503, approve.text
+    problem = approve.json()
+    assert problem["type"] == "urn:psych:problem:no-worker", problem
+    assert problem["detail"] == (
+        "no worker took the request in time (Temporal holds it: none polls the Run's task "
+        "queue, or its worker is busy); it may still be applied when one does: read the Run "
+        "before sending it again, or send it again under the same Idempotency-Key"
+    ), problem
+
+
 async def test_an_input_past_temporals_payload_limit_is_413_not_503(harness: Harness) -> None:
     # Under the API's body bound (4 MiB) but over the dev server's blob limit (2 MiB):
     # Temporal refuses the start, and a 503 would tell the caller to send it again.

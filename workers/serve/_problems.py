@@ -11,7 +11,9 @@ asked of a server whose blob store does not hold them, ``BlobUnreadable`` 500: o
 that does not open, damaged or sealed under other keys), Temporal's
 (no worker answered: 503 ``no-worker``; Temporal did not answer a read that needs no
 worker, or cancelled it at once, or ended an update with a timeout's status: 503
-``temporal``), request validation (422, each field named),
+``temporal``; an update's wait that ran out says how far Temporal, asked then, had it,
+``UpdateUnanswered.held``: ``no-worker`` when no worker took or answered it,
+``temporal`` when its answer was lost or Temporal held no such update), request validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
@@ -64,6 +66,7 @@ from psych_runtime.workflows import (
     TemporalCancelled,
     TemporalUnanswered,
     UpdateEndedByTemporal,
+    UpdateUnanswered,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -234,6 +237,10 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
                 "or send it again under the same Idempotency-Key",
                 "temporal",
             )
+        case NotTakenInTime() if isinstance(err.__cause__, UpdateUnanswered):
+            return _unanswered_update(err.__cause__)
+        case UpdateUnanswered():
+            return _unanswered_update(err)
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
             return Problem(
                 503,
@@ -264,6 +271,50 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
         case RPCError():
             return Problem(503, f"Temporal refused: {err.message} ({err.status.name})", "temporal")
     return None
+
+
+_AGAIN = "or send it again under the same Idempotency-Key"
+_HELD: dict[str | None, tuple[str, str]] = {
+    "admitted": (
+        "no worker took the request in time (Temporal holds it: none polls the Run's task "
+        "queue, or its worker is busy); it may still be applied when one does: read the Run "
+        f"before sending it again, {_AGAIN}",
+        "no-worker",
+    ),
+    "accepted": (
+        "the Run's worker took the request but did not answer it in time; it may still be "
+        f"applied: read the Run before sending it again, {_AGAIN}",
+        "no-worker",
+    ),
+    "completed": (
+        "the Run's worker answered the request, but its answer did not come back in time "
+        f"(Temporal, asked after, has it answered): read the Run, {_AGAIN} to learn its "
+        "outcome",
+        "temporal",
+    ),
+    "not-ready": (
+        "Temporal refused the request as not ready (the Run's workflow task that carried it "
+        "failed, so it was not applied) and the time ran out before it was sent again: "
+        "send it again under the same Idempotency-Key",
+        "no-worker",
+    ),
+    "unknown": (
+        "Temporal did not answer the request in time and, asked after, holds no such "
+        "update (it most likely never received it; no worker is waited for): read the Run "
+        f"before sending it again, {_AGAIN}",
+        "temporal",
+    ),
+}
+"""REST's words and kind for an update whose wait ran out, by how far Temporal, asked
+then, had it (``UpdateUnanswered.held``): a worker's silence is ``no-worker``, an answer
+lost or a request Temporal never held ``temporal``."""
+
+
+def _unanswered_update(err: UpdateUnanswered) -> Problem:
+    """The 503 of an update's wait that ran out, saying as much as ``err.held`` knows
+    (not asked, or not answered: what ``NotTakenInTime`` says)."""
+    detail, kind = _HELD.get(err.held, (f"{NOT_TAKEN_IN_TIME}, {_AGAIN}", "no-worker"))
+    return Problem(503, detail, kind)
 
 
 def _field(location: tuple[Any, ...]) -> str:
