@@ -13,7 +13,8 @@ that does not open, damaged or sealed under other keys), Temporal's
 worker, or cancelled it at once, or ended an update with a timeout's status: 503
 ``temporal``; an update's wait that ran out says how far Temporal, asked then, had it,
 ``UpdateUnanswered.held``: ``no-worker`` when no worker took or answered it,
-``temporal`` when its answer was lost or Temporal held no such update), request validation (422, each field named),
+``temporal`` when its answer was lost or Temporal held no such update), request
+validation (422, each field named),
 ``NotPermitted`` (403, each tool, server or peer the tenant may not use, as ``problems``),
 ``PermitsUnavailable`` (503: the tenant permits port failed or did not answer),
 ``StoreUnavailable`` (503 ``store-unavailable``: a store, the S3 version store say, did not
