@@ -9,9 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from a2a.utils.errors import InternalError
 
 from psych_runtime.workers._bounded import NOT_TAKEN_IN_TIME, NotTakenInTime
 from psych_runtime.workers.serve._problems import problem_of
+from psych_runtime.workers.serve.a2a._errors import a2a_error
 from psych_runtime.workflows import UpdateUnanswered
 
 AGAIN = "or send it again under the same Idempotency-Key"
@@ -52,3 +54,34 @@ def test_an_update_whose_wait_ran_out_is_a_503_saying_how_far_temporal_had_it(
     bare = problem_of(NotTakenInTime())
     assert bare is not None and bare == problem_of(_ran_out(None))
     assert bare.detail == f"{NOT_TAKEN_IN_TIME}, {AGAIN}"
+
+
+@pytest.mark.parametrize(
+    ("held", "kind"),
+    [
+        ("admitted", "no-worker"),
+        ("accepted", "no-worker"),
+        ("completed", "temporal"),
+        ("unknown", "temporal"),
+        ("not-ready", "no-worker"),
+    ],
+)
+def test_a2a_says_of_it_what_rest_says_naming_its_message_id(held: str, kind: str) -> None:
+    # A2A answers the same failure as REST does (``_errors.py``): it said "no worker
+    # answered ..." with the type no-worker whatever Temporal had said of the update.
+    err = _ran_out(held)
+    rest = problem_of(err)
+    assert rest is not None
+    answer = a2a_error(err, "approving")
+    assert isinstance(answer, InternalError)
+    assert answer.data == {"type": f"urn:psych:problem:{kind}", "status": "503"}
+    said = rest.detail.replace("under the same Idempotency-Key", "with the same messageId")
+    assert answer.message == f"approving: {said}"
+    assert "Idempotency-Key" not in answer.message
+
+
+def test_a2a_says_the_old_words_when_temporal_was_not_asked() -> None:
+    answer = a2a_error(_ran_out(None))
+    assert isinstance(answer, InternalError)
+    assert answer.message == NOT_TAKEN_IN_TIME
+    assert answer.data == {"type": "urn:psych:problem:no-worker", "status": "503"}

@@ -239,9 +239,9 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
                 "temporal",
             )
         case NotTakenInTime() if isinstance(err.__cause__, UpdateUnanswered):
-            return _unanswered_update(err.__cause__)
+            return unanswered_update(err.__cause__)
         case UpdateUnanswered():
-            return _unanswered_update(err)
+            return unanswered_update(err)
         case NotTakenInTime() | WorkflowUpdateRPCTimeoutOrCancelledError():
             return Problem(
                 503,
@@ -274,48 +274,62 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
     return None
 
 
-_AGAIN = "or send it again under the same Idempotency-Key"
-_HELD: dict[str | None, tuple[str, str]] = {
-    "admitted": (
-        "no worker took the request in time (Temporal holds it: none polls the Run's task "
-        "queue, or its worker is busy); it may still be applied when one does: read the Run "
-        f"before sending it again, {_AGAIN}",
-        "no-worker",
-    ),
-    "accepted": (
-        "the Run's worker took the request but did not answer it in time; it may still be "
-        f"applied: read the Run before sending it again, {_AGAIN}",
-        "no-worker",
-    ),
-    "completed": (
-        "the Run's worker answered the request, but its answer did not come back in time "
-        f"(Temporal, asked after, has it answered): read the Run, {_AGAIN} to learn its "
-        "outcome",
-        "temporal",
-    ),
-    "not-ready": (
-        "Temporal refused the request as not ready (the Run's workflow task that carried it "
-        "failed, so it was not applied) and the time ran out before it was sent again: "
-        "send it again under the same Idempotency-Key",
-        "no-worker",
-    ),
-    "unknown": (
-        "Temporal did not answer the request in time and, asked after, holds no such "
-        "update (it most likely never received it; no worker is waited for): read the Run "
-        f"before sending it again, {_AGAIN}",
-        "temporal",
-    ),
-}
-"""REST's words and kind for an update whose wait ran out, by how far Temporal, asked
-then, had it (``UpdateUnanswered.held``): a worker's silence is ``no-worker``, an answer
-lost or a request Temporal never held ``temporal``."""
+_REST_KEY = "under the same Idempotency-Key"
 
 
-def _unanswered_update(err: UpdateUnanswered) -> Problem:
+def _held_words(held: str | None, key: str) -> tuple[str, str] | None:
+    """The words and kind of an update whose wait ran out, by how far Temporal, asked then,
+    had it (``UpdateUnanswered.held``): a worker's silence is ``no-worker``, an answer lost
+    or a request Temporal never held ``temporal``; ``key`` says how to send it again safely
+    (REST's ``Idempotency-Key``, A2A's ``messageId``). None: Temporal was not asked, or did
+    not answer."""
+    again = f"or send it again {key}"
+    match held:
+        case "admitted":
+            return (
+                "no worker took the request in time (Temporal holds it: none polls the Run's "
+                "task queue, or its worker is busy); it may still be applied when one does: "
+                f"read the Run before sending it again, {again}",
+                "no-worker",
+            )
+        case "accepted":
+            return (
+                "the Run's worker took the request but did not answer it in time; it may "
+                f"still be applied: read the Run before sending it again, {again}",
+                "no-worker",
+            )
+        case "completed":
+            return (
+                "the Run's worker answered the request, but its answer did not come back in "
+                f"time (Temporal, asked after, has it answered): read the Run, {again} to "
+                "learn its outcome",
+                "temporal",
+            )
+        case "not-ready":
+            return (
+                "Temporal refused the request as not ready (the Run's workflow task that "
+                "carried it failed, so it was not applied) and the time ran out before it "
+                f"was sent again: send it again {key}",
+                "no-worker",
+            )
+        case "unknown":
+            return (
+                "Temporal did not answer the request in time and, asked after, holds no such "
+                "update (it most likely never received it; no worker is waited for): read "
+                f"the Run before sending it again, {again}",
+                "temporal",
+            )
+    return None
+
+
+def unanswered_update(err: UpdateUnanswered, key: str = _REST_KEY) -> Problem:
     """The 503 of an update's wait that ran out, saying as much as ``err.held`` knows
-    (not asked, or not answered: what ``NotTakenInTime`` says)."""
-    detail, kind = _HELD.get(err.held, (f"{NOT_TAKEN_IN_TIME}, {_AGAIN}", "no-worker"))
-    return Problem(503, detail, kind)
+    (not asked, or not answered: what ``NotTakenInTime`` says); ``key``: how to send it
+    again safely (REST's ``Idempotency-Key`` unless given)."""
+    said = _held_words(err.held, key)
+    if said is None:
+        return Problem(503, f"{NOT_TAKEN_IN_TIME}, or send it again {key}", "no-worker")
+    return Problem(503, *said)
 
 
 def _field(location: tuple[Any, ...]) -> str:

@@ -33,8 +33,13 @@ from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, TaskNo
 
 from psych_runtime.specs import Refused
 from psych_runtime.workers._bounded import NotTakenInTime
-from psych_runtime.workers.serve._problems import INTERNAL_DETAIL, Problem, problem_of
-from psych_runtime.workflows import RefusalKind
+from psych_runtime.workers.serve._problems import (
+    INTERNAL_DETAIL,
+    Problem,
+    problem_of,
+    unanswered_update,
+)
+from psych_runtime.workflows import RefusalKind, UpdateUnanswered
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,9 @@ def _problem(err: Exception) -> Problem:
     answered as ``internal``, naming nothing of it."""
     if isinstance(err, NotTakenInTime):
         # REST's detail names its Idempotency-Key; A2A's reply is keyed by its messageId.
+        cause = err.__cause__
+        if isinstance(cause, UpdateUnanswered) and cause.held is not None:
+            return unanswered_update(cause, key="with the same messageId")
         return Problem(503, str(err), "no-worker")
     found = problem_of(err)
     if found is None:
