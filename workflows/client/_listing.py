@@ -33,6 +33,7 @@ from psych_runtime.workflows.client._cursor import (
     read_resumed,
     waiting_values,
 )
+from psych_runtime.workflows.client._read_past import read_past
 from psych_runtime.workflows.client._unsettled import (
     OPEN_NAMES,
     UNSETTLED,
@@ -67,8 +68,9 @@ _FIRST = "the first request (where it starts)"
 """What a listing asks first (``_started``), as ``TemporalUnanswered`` names it."""
 
 FOREIGN_MAX = 1000
-"""How many other tenants' Runs a listing reads past (what a loosely matching visibility
-store may answer) before it ends short."""
+"""How many rows a listing reads past before it ends short: other tenants' Runs (what a
+loosely matching visibility store may answer) and workflows that are not psych Runs (their
+ids are not ``psych-<tenant>-<run id>``) though they carry the tenant's ``PsychTenant``."""
 PAGE_MAX = 1000
 """The most Runs asked of Temporal at once (its default ``visibilityMaxPageSize``)."""
 
@@ -309,8 +311,9 @@ class RunListing(abc.ABC):
         """How many Runs ``list_page`` with these filters pages through, as Temporal's
         visibility counts them now (``CountWorkflowExecutions`` of the same query; one
         request, however many Runs). A store that matches the tenant loosely (see
-        ``FOREIGN_MAX``) counts the other tenants' Runs it would answer, which a listing
-        reads past and logs.
+        ``FOREIGN_MAX``) counts the other tenants' Runs it would answer, and every store
+        the workflows with the tenant's attributes that are not psych Runs, which a
+        listing reads past and logs.
 
         Raises:
             SpecError: this client starts Runs without search attributes.
@@ -377,9 +380,12 @@ class RunListing(abc.ABC):
         # case-insensitive collation) must still show no other tenant's Run, and those it
         # answers must not take the caller's places: read on past them, up to a bound.
         foreign = 0
+        # Workflows under the tenant's attribute whose ids name no psych Run (one started
+        # by hand, another system's): not Runs, so not shown, and read past as the others.
+        strays: list[str] = []
         resumed = resume is not None
         token = None if resume is None else resume.token
-        while len(found) < limit and foreign < FOREIGN_MAX:
+        while len(found) < limit and foreign + len(strays) < FOREIGN_MAX:
             size = min(limit - len(found), PAGE_MAX)
             if resumed:
                 asked = self._visibility.resumed(query, size, token)
@@ -388,26 +394,22 @@ class RunListing(abc.ABC):
                 asked = self._visibility.page(query, size, token)
             page = await listing_read(scope.tenant, "a page", wait, asked)
             for info in page.executions:
-                tenant, run_id = parse_workflow_id(info.execution.workflow_id)
-                if tenant != scope.tenant:
+                named = ids_from(info.execution.workflow_id)
+                if named is None:
+                    strays.append(info.execution.workflow_id)
+                elif named[0] != scope.tenant:
                     foreign += 1
-                    continue
-                found.append(_summary(info, run_id))
+                else:
+                    found.append(_summary(info, named[1]))
             token = page.token
             if token is None:
                 break
-        if foreign:
-            # Not the caller's to see, but the operator's to know: the store's tenant match
-            # is loose, and past FOREIGN_MAX of them the listing ends short.
-            short = len(found) < limit and foreign >= FOREIGN_MAX
-            logger.warning(
-                "the visibility store answered %d Run(s) of other tenants to a listing of "
-                "tenant %r (it matches %s loosely: a case-insensitive collation?)%s",
-                foreign,
-                scope.tenant,
-                SA_TENANT,
-                f"; the listing ended short at {len(found)} of up to {limit}" if short else "",
-            )
+        # Not the caller's to see, but the operator's to know; past FOREIGN_MAX of them
+        # the page ends short (its cursor, if any, reads on past them).
+        short = len(found) < limit and foreign + len(strays) >= FOREIGN_MAX
+        ended = f"{len(found)} of up to {limit}" if short else ""
+        for warning in read_past(scope.tenant, foreign, strays, ended):
+            logger.warning("%s", warning)
         if token is not None and probe:
             # A full page's token may lead nowhere (Temporal answers one whenever a page
             # is full): look one Run ahead, so the last page has no cursor.
@@ -444,8 +446,11 @@ class RunListing(abc.ABC):
             asked = self._visibility.page(query, size, token)
             page = await listing_read(scope.tenant, _FIRST, self._visibility.rpc_timeout, asked)
             for info in page.executions:
-                tenant, _ = parse_workflow_id(info.execution.workflow_id)
-                if tenant == scope.tenant and info.HasField("close_time"):
+                # Another tenant's Run, or a workflow that is no psych Run (not listed
+                # either, ``_page``): read past.
+                named = ids_from(info.execution.workflow_id)
+                ours = named is not None and named[0] == scope.tenant
+                if ours and info.HasField("close_time"):
                     return ceil_micros(info.close_time)
                 foreign += 1
             if page.token is None:
