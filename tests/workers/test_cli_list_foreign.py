@@ -91,3 +91,66 @@ async def test_a_listing_that_read_past_other_tenants_runs_says_so_once_on_stder
     expected = re.escape(WARNING.format(tenant=tenant))
     form = r"\d\d:\d\d:\d\d warning: " if verbose else r"psych: warning: "
     assert re.fullmatch(form + expected, warned[0]), warned[0]
+
+
+@pytest.fixture
+async def strays(dev_env: WorkflowEnvironment) -> AsyncIterator[tuple[str, str, list[str]]]:
+    """A tenant with one Run of its own, and three workflows after it that carry its tenant
+    attribute but are not psych Runs (ids not ``psych-<tenant>-<run id>``: started by
+    hand); (tenant, its Run's id, their ids)."""
+    client = dev_env.client
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    own = f"psych-{tenant}-{uuid.uuid4().hex}"
+    hand = [f"by-hand-{tenant}-{index}" for index in range(3)]
+    for workflow_id in (own, *hand):
+        await _start(client, workflow_id, tenant)
+    query = f"{SA_TENANT} = '{tenant}'"
+    for _ in range(80):  # the visibility store catches up shortly after
+        if (await client.count_workflows(query)).count == 1 + len(hand):
+            break
+        await asyncio.sleep(0.25)
+    try:
+        yield tenant, own, hand
+    finally:
+        for workflow_id in (own, *hand):
+            await client.get_workflow_handle(workflow_id).terminate()
+
+
+async def _psych_list(dev_env: WorkflowEnvironment, *argv: str) -> subprocess.CompletedProcess[str]:
+    address = dev_env.client.service_client.config.target_host
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", ENTRY, "list", "--address", address, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_a_page_of_workflows_that_are_no_runs_says_so_and_goes_on(
+    dev_env: WorkflowEnvironment, strays: tuple[str, str, list[str]]
+) -> None:
+    tenant, own, hand = strays
+    # Read past: the Run alone is shown, and the warning names the workflows.
+    done = await _psych_list(dev_env, "--tenant", tenant)
+    assert done.returncode == 0, done.stderr
+    assert [row.split()[0] for row in done.stdout.splitlines()[1:]] == [own]
+    named = ", ".join(repr(workflow_id) for workflow_id in hand[::-1])
+    warned = [line for line in done.stderr.splitlines() if "are not psych Runs" in line]
+    assert len(warned) == 1, done.stderr
+    assert warned[0].startswith(
+        f"psych: warning: 3 workflow(s) carry tenant {tenant!r}'s PsychTenant but are not "
+        f"psych Runs (their ids are not psych-<tenant>-<run id>: started by hand, or by "
+        f"another system?): {named}; left out of its listing"
+    )
+    # One a page, past two (FOREIGN_MAX) of them: the page ends short, holding no Run; the
+    # listing is not over, and its cursor reads on to the Run.
+    first = await _psych_list(dev_env, "--tenant", tenant, "--limit", "1")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ""
+    assert "ended short at 0 of up to 1" in first.stderr
+    found = re.search(r"--cursor (\S+) with the same filters reads on", first.stderr)
+    assert found is not None, first.stderr
+    rest = await _psych_list(dev_env, "--tenant", tenant, "--limit", "1", "--cursor", found[1])
+    assert rest.returncode == 0, rest.stderr
+    assert [row.split()[0] for row in rest.stdout.splitlines()[1:]] == [own]

@@ -426,10 +426,20 @@ async def _list(args: argparse.Namespace) -> int:
         cursor=args.cursor,
     )
     runs = list(page.runs)
-    if not runs:
+    if not runs and page.next_cursor is None:
         which = "suspended Runs" if args.suspended else "Runs"
         more = " more" if args.cursor else ""
         print(f"no{more} {which} for tenant {scope.tenant!r}", file=sys.stderr)
+        return 0
+    if not runs:
+        # A page of rows the listing reads past and does not show (its warning says
+        # which), ended short of any Run: the listing goes on past them.
+        print(
+            "psych: no matching Runs in this page (it ended short, reading past what it "
+            f"does not show); there may be more (--cursor {page.next_cursor} with the same "
+            "filters reads on)",
+            file=sys.stderr,
+        )
         return 0
     listed = [
         (
