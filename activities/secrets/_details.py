@@ -49,7 +49,8 @@ would have, less the secret. The worker's payload converter is pydantic's
   Read once (``list``): an iterator is used up, so it becomes that list whether or not a
   secret was in it; an iterable whose reading raises becomes ``[UNENCODABLE:<class>]``.
 - Any other object with a callable ``dict`` attribute (pydantic v1's models, classes made
-  like them; an iterable one too): what its ``dict()`` makes, walked as any value (a
+  like them; an iterable one too; one given its ``dict`` on the instance, not its class,
+  as the encoder finds it too): what its ``dict()`` makes, walked as any value (a
   ``dict()`` making another such object read on, ``MAX_DETAIL_DEPTH`` times at most), which
   is what the default JSON converter sends for it (pydantic's cannot send it). One whose
   ``dict()`` raises (the encoder's error would be the failure's message) or makes such
@@ -65,7 +66,7 @@ would have, less the secret. The worker's payload converter is pydantic's
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any, cast
@@ -76,6 +77,7 @@ from psych_runtime.activities.secrets._stand_ins import (
     blob_made,
     blob_read,
     kind_of,
+    own_kind,
     refill,
     shell_of,
     stand_in,
@@ -148,8 +150,9 @@ class _DetailsWalk:
     (the attributes are not walked). One ``copy.copy`` fails for comes back a plain
     ``dict`` or ``list``; an ``OrderedDict``'s through ``OrderedDict``'s (dict's own left
     its order holding the old keys: encoding it raised ``KeyError`` naming a redacted key,
-    until 12-07). A named tuple stays one (one that cannot be built from its items
-    becomes a plain tuple, as does any other tuple subclass). A cycle through a rebuilt
+    until 12-07), in its own order (``move_to_end``'s, which pydantic's converter sends).
+    A named tuple stays one (one that cannot be built from its items becomes a plain
+    tuple, as does any other tuple subclass). A cycle through a rebuilt
     dict, list or dataclass is rebuilt too (the copy refers to the copy); a reference back
     to a tuple or set still being rebuilt (met only through a cycle) cannot be filled in
     afterwards and becomes ``_CYCLE``.
@@ -228,8 +231,11 @@ class _DetailsWalk:
         kind = self._kinds.get(cls, _UNSEEN)
         if kind is _UNSEEN:
             kind = self._kinds[cls] = None if isinstance(value, type) else kind_of(cls)
+        if not isinstance(value, type):
+            kind = own_kind(kind, value)  # a dict() of its own, as the encoder looks
         if kind is None:
-            self._opaque.add(cls)  # nor any value of its class
+            if not hasattr(value, "__dict__") and not hasattr(cls, "__getattr__"):
+                self._opaque.add(cls)  # nor any value of its class: none has a dict()
             return value
         if kind == "dataclass":
             try:
@@ -449,7 +455,8 @@ class _DetailsWalk:
             return out
 
         if isinstance(node, dict):
-            refill(shell, [(copied_key(k), copied(v)) for k, v in dict.items(node)])
+            pairs = OrderedDict.items(node) if isinstance(node, OrderedDict) else dict.items(node)
+            refill(shell, [(copied_key(k), copied(v)) for k, v in pairs])
             return shell
         if not isinstance(node, _CONTAINERS):  # a dataclass: a copy of it, or a dict
             fields = [(name, copied(value)) for name, value in self._fields[id(node)]]

@@ -58,6 +58,26 @@ def kind_of(cls: type) -> Kind | None:
     return None
 
 
+_OWN_DICT: frozenset[Kind | None] = frozenset({None, "items", "iterator"})
+"""Kinds whose values the default JSON encoder reads through a ``dict`` of their own when
+they have one (it looks for ``dict`` before it reads an iterable's items)."""
+
+
+def own_kind(kind: Kind | None, value: Any) -> Kind | None:
+    """``value``'s kind: ``kind`` (its class's, ``kind_of``), or ``"dicted"`` when its class
+    has none of the kinds the encoder reads first but ``value`` itself has a callable
+    ``dict`` (set on the instance, or made by its ``__getattr__``), which the default JSON
+    encoder calls as it calls a class's. One whose ``dict`` raises as it is looked up is
+    ``"dicted"`` too: the encoder raises there, and ``stand_in`` finds it unencodable."""
+    if kind not in _OWN_DICT:
+        return kind
+    try:
+        found = getattr(value, "dict", None)
+    except Exception:  # the encoder's lookup raises it too: unencodable (stand_in)
+        return "dicted"
+    return "dicted" if callable(found) else kind
+
+
 def stand_in(kind: Kind, value: Any) -> tuple[Any, bool]:
     """What the walk reads in ``value``'s place (for a kind other than ``dataclass`` and
     ``blob``), and

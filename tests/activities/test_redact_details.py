@@ -481,3 +481,48 @@ def test_scrub_rebuilds_an_ordered_dict_with_redacted_keys(converter: DataConver
     walked.move_to_end("b")  # its order is whole: every key in it is in the dict
     assert list(walked) == ["[REDACTED:a]", "c", "b"]
     sent_clean(err, converter)
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_rebuilds_an_ordered_dict_in_its_own_order(converter: DataConverter) -> None:
+    # An OrderedDict reordered by move_to_end was rebuilt in the order its keys were
+    # first set (dict's own items), not its own, which pydantic's converter sends: the
+    # failure went out with its keys in another order than the Run's.
+    ordered = OrderedDict([("a0", "said alpha-1"), ("b", "fine"), ("c", {"alpha-1": 1})])
+    ordered.move_to_end("a0")
+    ordered.move_to_end("c", last=False)
+    err = ApplicationError("failed", ordered, type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    (walked,) = err.details
+    assert type(walked) is OrderedDict
+    assert list(walked.items()) == [
+        ("c", {"[REDACTED:a]": 1}),
+        ("b", "fine"),
+        ("a0", "said [REDACTED:a]"),
+    ]
+    clean = OrderedDict([("c", {"[REDACTED:a]": 1}), ("b", "fine"), ("a0", "said [REDACTED:a]")])
+    assert sent(err, converter) == sent(ApplicationError("failed", clean, type="Boom"), converter)
+    sent_clean(err, converter)
+
+
+class Carrier:
+    """An object given its ``dict`` as an attribute of its own, not of its class."""
+
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
+
+
+@pytest.mark.parametrize("converter", CONVERTERS)
+def test_scrub_walks_what_a_dict_of_the_object_itself_makes(converter: DataConverter) -> None:
+    # The default JSON converter calls a callable ``dict`` it finds on the object, set on
+    # the instance as well as on its class; the walk looked at the class alone, so what
+    # such an instance's dict() made went out with the secret in it.
+    plain = Carrier(note="no dict of its own")  # met first: its class has no dict()
+    carrier = Carrier(dict=lambda: {"token": "alpha-1", "fine": "ok"})
+    err = ApplicationError("failed", {"kept": plain}, carrier, type="Boom")
+    Redactor({"a": "alpha-1"}).scrub(err)
+    keyed, walked = err.details
+    assert keyed["kept"] is plain  # no dict of its own: left as it is
+    assert walked == {"token": "[REDACTED:a]", "fine": "ok"}
+    # Neither converter can send the plain one at all: the rest as the worker sends it.
+    sent_clean(ApplicationError("failed", *err.details[1:], type="Boom"), converter)
