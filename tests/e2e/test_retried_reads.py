@@ -18,9 +18,10 @@ from datetime import timedelta
 import grpc
 import pytest
 from temporalio.client import Client
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from psych_runtime.activities.tools import RulePolicy
-from psych_runtime.workers import connect
+from psych_runtime.workers import PsychPlugin, connect
 from psych_runtime.workers.fleet._policy import DESCRIBE_TRIES, check_fleet_policy
 from psych_runtime.workflows import (
     AttemptFailed,
@@ -119,3 +120,29 @@ async def test_a_fleet_policy_try_cancelled_at_once_after_retries_is_asked_again
     cancelled = [grpc.StatusCode.CANCELLED] * DESCRIBE_TRIES
     assert relay.of("DescribeTaskQueue") == [grpc.StatusCode.UNAVAILABLE] * many + cancelled
     _says_cancelled(failed.value, grpc.StatusCode.CANCELLED, "a describe", f"task queue {queue!r}")
+
+
+async def test_a_client_connected_without_retries_retries_as_the_sdks_core_would(
+    harness: Harness,
+) -> None:
+    # Connected with no retry_config, the core retries on its own defaults (pauses growing
+    # 1.7 times: its 10 s ran out after 8 or 9 attempts, measured through this relay), not
+    # the SDK's RetryConfig() (1.5 times, which AttemptTimed took: 10 attempts, its
+    # max_retries, the pauses ~7.5 s in all). Counted by the relay for a describe
+    # answered UNAVAILABLE each time, with the plugin and without it.
+    target = harness.env.client.service_client.config.target_host
+    attempts = {}
+    for plugins in ([], [PsychPlugin()]):
+        async with relayed(target) as relay:
+            client = await Client.connect(
+                relay.target, namespace=harness.env.client.namespace, plugins=plugins
+            )
+            relay.fail_next(DESCRIBE, grpc.StatusCode.UNAVAILABLE, times=30)
+            with pytest.raises(RPCError) as failed:
+                async with asyncio.timeout(BOUND):
+                    await client.get_workflow_handle("psych-acme-r1").describe()
+            assert failed.value.status == RPCStatusCode.UNAVAILABLE, repr(failed.value)
+            attempts[bool(plugins)] = len(relay.of(DESCRIBE))
+    # The core's max_retries (10) is never reached: its elapsed-time bound ends it first.
+    assert attempts[False] < RetryConfig().max_retries, attempts
+    assert attempts[True] < RetryConfig().max_retries, attempts
