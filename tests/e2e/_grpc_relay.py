@@ -37,6 +37,9 @@ class Relay:
     _before: dict[str, Callable[[], Awaitable[None]]] = field(default_factory=dict)
     withheld: set[str] = field(default_factory=set)
     """The methods whose calls are passed on and their answers held (``withhold``)."""
+    deadlines: list[tuple[str, float | None]] = field(default_factory=list)
+    """Each call's method and the seconds its caller's deadline left it as the relay took
+    it, in the order they came."""
 
     def before_next(self, method: str, action: Callable[[], Awaitable[None]]) -> None:
         """Await ``action()`` before the next call of ``method`` is passed on (once)."""
@@ -80,6 +83,7 @@ class _Forward(grpc.GenericRpcHandler):
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
             name = path.rpartition("/")[2]
+            self.relay.deadlines.append((name, context.time_remaining()))
             if self.relay.hung.get(name, 0) > 0:
                 self.relay.hung[name] -= 1
             elif name in self.relay.hung:

@@ -44,6 +44,7 @@ UNAVAILABLE_TIMES = 8
 """UNAVAILABLEs answered before the CANCELLED: the client's backoff between them (100 ms,
 growing 1.5 times, within 20 %) pauses 3.9 s at least, past most of ``WITHIN``."""
 BOUND = 60.0
+HISTORY = "GetWorkflowExecutionHistory"
 READ_ERRORS = (TemporalCancelled, TemporalUnanswered)
 """What a read of Temporal no worker answers ends in, silence or not."""
 
@@ -146,3 +147,27 @@ async def test_a_client_connected_without_retries_retries_as_the_sdks_core_would
     # The core's max_retries (10) is never reached: its elapsed-time bound ends it first.
     assert attempts[False] < RetryConfig().max_retries, attempts
     assert attempts[True] < RetryConfig().max_retries, attempts
+
+
+async def test_a_history_long_poll_asked_without_a_timeout_keeps_the_cores_deadline(
+    harness: Harness,
+) -> None:
+    # The SDK's result() long-polls the close event with no timeout of its own: the core
+    # gives such a poll 70 s (its long-poll deadline) on its retrying path only; sent with
+    # its retries off it had the 30 s of any other call (measured: 70.0 s against 30.0 s
+    # left as the relay took it). The relay records each call's deadline as it comes.
+    target = harness.env.client.service_client.config.target_host
+    namespace = harness.env.client.namespace
+    left = {}
+    for psych in (False, True):
+        async with relayed(target) as relay:
+            if psych:
+                client = await connect(relay.target, namespace=namespace, codec=None)
+            else:
+                client = await Client.connect(relay.target, namespace=namespace)
+            with pytest.raises(RPCError) as failed:
+                async with asyncio.timeout(BOUND):
+                    await client.get_workflow_handle("psych-acme-no-such-run").result()
+            assert failed.value.status == RPCStatusCode.NOT_FOUND, repr(failed.value)
+        (left[psych],) = [seconds for name, seconds in relay.deadlines if name == HISTORY]
+    assert all(seconds is not None and 60 < seconds <= 70 for seconds in left.values()), left

@@ -88,6 +88,11 @@ _CORE_DEFAULT = RetryConfig(
 ``RetryOptions::default``): pauses growing 1.7 times, not the 1.5 of the SDK's own
 ``RetryConfig()``, which the core never sees then."""
 
+_LONG_POLL_TIMEOUT = timedelta(seconds=70)
+"""The deadline the SDK's core gives each attempt of a history long poll
+(``wait_new_event``) asked with no timeout (its ``LONG_POLL_TIMEOUT``), only on its retrying
+path: sent with its retries off, such a call had its 30 s default for other calls."""
+
 _THROTTLE = RetryConfig(
     initial_interval_millis=1000,
     randomization_factor=0.2,
@@ -197,6 +202,8 @@ class AttemptTimed(ServiceClient):
                 timeout=timeout,
             )
         config = self.config.retry_config or _CORE_DEFAULT
+        if timeout is None and getattr(req, "wait_new_event", False):
+            timeout = _LONG_POLL_TIMEOUT  # the core's, given with its retries only
         started = time.monotonic()
         backoff = _Backoff(config, started)
         throttle = _Backoff(_THROTTLE, started)
