@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -37,6 +36,8 @@ STARTED = "Application startup complete."
 """What uvicorn logs, at info, once its app has started."""
 BAD_BODY = 'the body is not {"payloads": [...]}'
 """The reason the codec server logs for a body it cannot read (the answer's quotes it)."""
+STARTING_SECONDS = 90
+"""How long a command may take to listen (or to answer) before the test gives up on it."""
 API_KEY = "serving-logging-test-key"
 CODE = "an-authorization-code-never-logged"
 # This entry logs one record of each level once the codec server's logging is set up (as
@@ -86,33 +87,56 @@ async def _served(
         assert child.stdout is not None and child.stderr is not None
         seen = "" if ready is None else await read_until(child.stderr, ready)
         if port is not None:
-            await asyncio.to_thread(_not_http, port)
+            await _not_http(child, port)
             # A request's query is not logged (no access log): the callback's holds the
             # authorization code.
             async with httpx.AsyncClient() as http:
                 await http.get(f"http://127.0.0.1:{port}/oauth/callback?code={CODE}&state=x")
     finally:
-        child.send_signal(signal.SIGTERM)
+        if child.returncode is None:
+            child.send_signal(signal.SIGTERM)
         async with asyncio.timeout(60):
             _, err = await child.communicate()
     return seen + err.decode()
 
 
-def _not_http(port: int) -> None:
-    """Send ``port`` a request that is not HTTP, once it listens (at once after its ready
-    line, which is printed once it listens; with ``--quiet`` none is), and read uvicorn's
-    answer (400, sent once it has logged)."""
-    for _ in range(100):
+async def _not_http(child: asyncio.subprocess.Process, port: int) -> None:
+    """Send ``port`` a request that is not HTTP, once ``child`` listens there (at once after
+    its ready line, which is printed once it listens; with ``--quiet`` none is, so its port
+    is tried until it answers), and read uvicorn's answer (400, sent once it has logged).
+
+    The child exiting first fails with its stderr. Starting took over 10 s on a loaded
+    2-core machine: the bound is only the test's own wait for a child that neither listens
+    nor exits.
+    """
+    try:
+        async with asyncio.timeout(STARTING_SECONDS):
+            reader, writer = await _connected(child, port)
+    except TimeoutError:
+        raise AssertionError(f"nothing listens on port {port} after {STARTING_SECONDS} s") from None
+    try:
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(STARTING_SECONDS):
+            await reader.read(1024)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def _connected(
+    child: asyncio.subprocess.Process, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``port`` once ``child`` listens there; ``child`` exiting first fails
+    with its stderr."""
+    while child.returncode is None:
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            return await asyncio.open_connection("127.0.0.1", port)
         except ConnectionRefusedError:
-            time.sleep(0.1)
-            continue
-        with sock:
-            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            sock.recv(1024)
-        return
-    raise AssertionError(f"nothing listens on port {port}")
+            await asyncio.sleep(0.1)
+    assert child.stderr is not None
+    err = (await child.stderr.read()).decode()
+    raise AssertionError(f"exited {child.returncode} before it listened on port {port}: {err}")
 
 
 @pytest.mark.parametrize("level", ["", "--verbose", "--quiet"])
