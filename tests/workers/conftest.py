@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -169,3 +170,14 @@ async def spawn(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+SIGINT_IGNORED = (
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+)
+"""Prefix of a ``python ARGS...`` command line that runs it with SIGINT ignored from its
+start, as a non-interactive shell starts a background job (``psych serve &`` in a script):
+the disposition is inherited across exec, so Python installs no handler of its own."""

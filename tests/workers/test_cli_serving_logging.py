@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from tests._ports import free_port
 
-from .conftest import read_until
+from .conftest import SIGINT_IGNORED, read_until
 
 LINE = r"\d\d:\d\d:\d\d {level}: {message}"
 INVALID = "Invalid HTTP request received."
@@ -289,3 +289,38 @@ async def test_a_uvicorn_command_whose_port_is_taken_never_says_it_listens(
     assert child.returncode != 0, err
     assert "address already in use" in err.decode().lower(), err
     assert "Ctrl-C to stop" not in (out + err).decode(), err
+
+
+@pytest.mark.parametrize("sigint", ["handled", "ignored"])
+async def test_serve_stopped_by_sigint_says_it_was_interrupted(
+    dev_env: WorkflowEnvironment, tmp_path: Path, sigint: str
+) -> None:
+    # "ignored": started with SIGINT ignored (a script's background job), uvicorn still
+    # stopped on it, but its raising it again did nothing: the command exited 0, silently.
+    port = free_port()
+    address = dev_env.client.service_client.config.target_host
+    launch = SIGINT_IGNORED if sigint == "ignored" else (sys.executable,)
+    argv = ["serve", "--listen", f"127.0.0.1:{port}", "--address", address, "--quiet"]
+    argv += ["--store", str(tmp_path / "versions")]
+    keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
+    child = await asyncio.create_subprocess_exec(
+        *launch,
+        *["-m", "psych_runtime.workers.cli", *argv],
+        env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(STARTING_SECONDS):
+            _, writer = await _connected(child, port)
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        if child.returncode is None:
+            child.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            _, raw = await child.communicate()
+    err = raw.decode()
+    assert child.returncode == 130, err
+    assert "psych: interrupted" in err, err

@@ -43,7 +43,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
     )
     # The token store's S3 client and connections (PSYCH_BLOB_URL): closed however the
-    # server stops (uvicorn raises a SIGINT again once it has shut down).
+    # server stops (on SIGINT, AnnouncedServer.serve raises KeyboardInterrupt once shut down).
     async with closing_stores(store):
         await server.serve()
     return 0

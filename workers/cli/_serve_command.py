@@ -15,9 +15,11 @@ import functools
 import json
 import logging
 import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -206,11 +208,30 @@ class AnnouncedServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, announce: Callable[[], None]) -> None:
         super().__init__(config)
         self._announce = announce
+        self._interrupted = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             self._announce()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGINT:
+            self._interrupted = True
+        super().handle_exit(sig, frame)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve until SIGINT or SIGTERM; once shut down, a SIGINT ends the command as
+        interrupted (``KeyboardInterrupt``: "psych: interrupted", exit 130).
+
+        uvicorn raises the SIGINT again once it has shut down, which does that only where
+        SIGINT was not ignored when the process started: a non-interactive shell's
+        background job (``psych serve &`` in a script) inherits it ignored, uvicorn still
+        stops on it, and the raise did nothing, so the command returned 0.
+        """
+        await super().serve(sockets)
+        if self._interrupted:
+            raise KeyboardInterrupt
 
 
 async def serve_settings(
