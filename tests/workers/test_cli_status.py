@@ -71,14 +71,16 @@ async def dispatch_unpolled(cli: Cli) -> RunHandle:
     return await client.dispatch(spec, "Hello", scope=Scope(tenant="acme"))
 
 
-async def test_status_with_no_worker_answers_within_5_s_with_what_temporal_knows(
-    cli: Cli,
+async def test_status_with_no_worker_sends_no_query_and_says_what_temporal_knows(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = await dispatch_unpolled(cli)
-    startup = await startup_seconds(cli, run.workflow_id)
-    status, out, err, seconds = await psych_process("status", *cli.args(run.workflow_id))
+    argv = ("status", *cli.args(run.workflow_id))
+    status, out, err, queries = await psych_in_process(monkeypatch, capsys, *argv)
     assert status == 0, err
-    assert seconds - startup < 5, f"took {seconds:.1f} s, {startup:.1f} s of it starting"
+    # Never waits on a query nobody would answer: none is sent (timed against the
+    # command's start-up before, "< 5 s", which a loaded machine stretched past).
+    assert queries == []
     assert "cannot answer: no worker polls task queue 'nobody-" in err
     lines = dict(line.split(":", 1) for line in out.splitlines())
     assert lines["run"].strip() == run.workflow_id
@@ -142,12 +144,14 @@ async def test_status_json_with_no_worker_is_the_facts(
     assert facts["closed_at"] is None
 
 
-async def test_report_with_no_worker_exits_1_within_5_s_with_the_facts(cli: Cli) -> None:
+async def test_report_with_no_worker_sends_no_query_and_exits_1_with_the_facts(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = await dispatch_unpolled(cli)
-    startup = await startup_seconds(cli, run.workflow_id)
-    status, out, err, seconds = await psych_process("report", *cli.args(run.workflow_id))
+    argv = ("report", *cli.args(run.workflow_id))
+    status, out, err, queries = await psych_in_process(monkeypatch, capsys, *argv)
     assert status == 1
-    assert seconds - startup < 5, f"took {seconds:.1f} s, {startup:.1f} s of it starting"
+    assert queries == []
     assert "cannot answer: no worker polls task queue" in err
     assert "status:       running" in out
 
