@@ -159,11 +159,10 @@ def _posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
 def _sse_posting(options: _Options) -> Callable[..., httpx2.AsyncClient]:
     """The maker of an SSE session's client: for a pooled session told of failures (one
     ``watch``ed, with ``on_refused``), one telling it of a failed POST, which ends the
-    SDK's writer once it is connected (``_posts.py``)."""
-    watch, told = options.watch, options.on_refused
-    if watch is None or told is None:
+    SDK's writer, connected or not (``_posts.py``)."""
+    if options.watch is None or options.on_refused is None:
         return httpx2.AsyncClient
-    return partial(ToldPosts, live=lambda: watch.live, on_fault=told)
+    return partial(ToldPosts, on_fault=options.on_refused)
 
 
 @asynccontextmanager

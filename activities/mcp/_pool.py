@@ -28,7 +28,8 @@ SDK's writer task ends with the POST that failed, leaving that request unanswere
 session sending nothing more: the session is lent no more, and a lease waiting in
 ``unless_told`` stops at once with the failure (``_told_failure``); requests other leases
 had POSTed still get their answers on the event stream. A POST failing outside its OAuth
-flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``). On
+flow (a transport fault, an error status) is told likewise (``_posts.ToldPosts``); told
+while the session connects, it fails the connecting at once with its reason. On
 streamable HTTP such a request fails alone (``_posts.OnePostFails``; a consent need too,
 its asker's: ``_consent.asking``), the session lent no more, and a lease's ``SessionBroke`` names
 its own fault, the session's only when it was told none; a request whose OAuth flow failed
@@ -213,6 +214,11 @@ class _Pooled:
             self.close_when_unused()
             if told is not None:
                 told.unanswerable(_told_failure(told))
+            if not self.ready.done() and self.task is not None:
+                # Still connecting: its own POST (``initialize``) is never answered either,
+                # so connecting fails now with why (12-07: it waited out connect_timeout).
+                self.ready.set_exception(store_down([err]) or McpUnavailable(str(err)))
+                self.task.cancel()
 
 
 class McpSessions:

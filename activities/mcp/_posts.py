@@ -37,7 +37,8 @@ is never answered and nothing more is sent. ``ToldPosts`` tells the session of s
 (``PostFailed``, in the asking lease's context) before the SDK sees it, so the pool fails
 that lease at once and lends the session no more (``_pool.py``), as for a failed OAuth
 flow; a fault the session was already told of (an egress refusal of a reply, a token
-refused) is not told twice.
+refused) is not told twice. While the session connects, its handshake's POST so fails the
+connecting at once, with the POST's reason (until 12-07 it waited out the connect timeout).
 """
 
 from __future__ import annotations
@@ -125,18 +126,16 @@ class PostFailed(Exception):
 
 class ToldPosts(httpx2.AsyncClient):
     """A pooled SSE session's client: a POST failing (a transport fault, or an error
-    status, which the SDK's writer raises) while ``live()`` is told to
-    ``on_fault`` as ``PostFailed`` before the SDK sees it (the module docstring)."""
+    status, which the SDK's writer raises) is told to ``on_fault`` as ``PostFailed``
+    before the SDK sees it (the module docstring), while connecting too: the writer ends
+    then just as well, and the handshake waits for an answer that never comes."""
 
-    def __init__(
-        self, *, live: Callable[[], bool], on_fault: Callable[[Exception], None], **options: Any
-    ) -> None:
+    def __init__(self, *, on_fault: Callable[[Exception], None], **options: Any) -> None:
         super().__init__(**options)
-        self._live = live
         self._on_fault = on_fault
 
     async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
-        if request.method != "POST" or not self._live():
+        if request.method != "POST":
             return await super().send(request, **options)
         try:
             response = await super().send(request, **options)

@@ -27,7 +27,7 @@ from mcp.client.auth import OAuthTokenError
 from psych_runtime.activities import LocalTokenStore, McpSettings
 from psych_runtime.activities.blobs import LocalBlobStore
 from psych_runtime.activities.mcp import McpActivities
-from psych_runtime.activities.mcp._pool import SessionBroke, SessionKey
+from psych_runtime.activities.mcp._pool import McpSessions, McpUnavailable, SessionBroke, SessionKey
 from psych_runtime.specs import McpOAuth, McpServer, Scope, StoreUnavailable
 from tests.activities.test_mcp import call, eventually
 from tests.activities.test_mcp_answered_leases import lent_afresh, pooled_server, text_of
@@ -191,6 +191,40 @@ async def test_an_sse_call_whose_post_the_server_refused_fails_at_once() -> None
         assert time.monotonic() - started < QUICK
         assert key not in sessions.keys
         assert text_of(await echo_round(sessions, key, served.url, auth, "again")) == "again"
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_an_sse_handshake_whose_post_the_server_refused_fails_at_once() -> None:
+    # The SDK's writer ends with the initialize POST's 503 while the session connects, and
+    # the handshake is never answered. Before: every lease waiting for the session waited
+    # out connect_timeout and was told only that; now each fails with the POST's reason.
+    egress = loopback()
+    sessions = McpSessions(
+        max_sessions=4,
+        idle_seconds=60,
+        connect_timeout=60,  # the wait before; the reason, not the clock, tells them apart
+        on_tools_changed=lambda key: None,
+        egress=egress,
+    )
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
+
+    async def lease() -> None:
+        async with sessions.client(key, served.url, {}):
+            raise AssertionError("connected through a refused handshake")
+
+    try:
+        served.refuse("initialize")
+        failed = await asyncio.gather(lease(), lease(), return_exceptions=True)
+        for err in failed:
+            assert isinstance(err, McpUnavailable), err
+            assert str(err) == "the MCP server answered a message with HTTP 503", err
+        assert key not in sessions.keys
+        served.refuse()
+        await lent_afresh(sessions, key, served)
     finally:
         served.stop()
         await sessions.aclose()
