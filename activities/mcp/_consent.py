@@ -67,8 +67,8 @@ from psych_runtime.activities.mcp._consent_error import McpConsentRequired
 from psych_runtime.activities.mcp._registration import refuse_unregistrable, still_known
 from psych_runtime.activities.mcp._told import (
     ConsentNeeded,
-    flow_resumes,
     malformed_token_response,
+    unparked,
 )
 from psych_runtime.activities.mcp._until import until_set
 from psych_runtime.activities.tokens import TokenKey, TokenStore, unsealed
@@ -292,12 +292,9 @@ class ConsentProvider(OAuthClientProvider):
 
     async def _perform_authorization(self) -> httpx2.Request:
         context = self.context
-        if flow_resumes():  # its request had left: parked, the consent would rerun the call
-            self._initialized = False  # (12-07); the key's next request asks it
-            raise OAuthFlowError(
-                "a person's consent is needed to resume the event stream of a request already "
-                "sent (the tool may have run; the next request asks for it)"
-            )
+        if (why := unparked()) is not None:  # parked, a consent would rerun a call that
+            self._initialized = False  # ran, or be one of no call (12-07); the next asks it
+            raise OAuthFlowError(why)
         if self.dynamic and self.storage.client is not None:
             # The stored registration: another worker's, when it was stored before this
             # flow's own (``keep_registration``), which the SDK's context still holds;

@@ -20,6 +20,10 @@ the session was told of), and the session's owner (``on_fault``, the pool's
 ``on_message``), which lends it no more and closes it when its last lease ends, as for
 any transport fault it is told of.
 
+A request it makes in no lease other than a POST (the event stream the session keeps open
+with a GET, the DELETE ending it) is marked as the session's own (``_told.stand``): no
+call's, so what its OAuth flow meets is nobody's (``_told.py``).
+
 Transport faults: ``httpx2.RequestError`` (the egress bound's ``McpResponseTooLarge`` is
 one, told by the bound itself) and ``EgressDenied``. Likewise what an OAuth provider
 raised on purpose in the request's own flow, which ``ToldAuth`` told already
@@ -52,7 +56,8 @@ import httpx2
 import mcp_types
 
 from psych_runtime.activities.egress import EgressDenied, McpResponseTooLarge
-from psych_runtime.activities.mcp._told import flow_told
+from psych_runtime.activities.mcp._lease import TOLD
+from psych_runtime.activities.mcp._told import flow_told, stand
 
 _log = logging.getLogger(__name__)
 
@@ -79,6 +84,12 @@ class OnePostFails(httpx2.AsyncClient):
         self._on_fault = on_fault
 
     async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        if request.method != "POST" and TOLD.get() is None:
+            # In no lease: the event stream the SDK opens once the session is initialized,
+            # in the context that sent ``notifications/initialized`` (the owner's, which
+            # keeps its opener's asker), or the DELETE ending the session: the session's
+            # own, no call's (``_told.standing``).
+            stand(request)
         if request.method != "POST" or not self._live():
             return await super().send(request, **options)
         try:

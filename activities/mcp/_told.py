@@ -10,7 +10,12 @@ refused, and its answer. Likewise of a token the MCP server refused right after 
 obtained it, where the SDK says only "Server returned an error response". A token store
 failing the flow of a resumed event stream (``resuming``: the request it answers had left)
 is told as a failed flow, not as the store's "nothing sent"; a consent such a flow needs is
-parked for nobody (``flow_resumes``: after it was given the Run would run the call again).
+parked for nobody (``unparked``: after it was given the Run would run the call again).
+A flow failing for a request of the session's own (``standing``: the event stream the SDK
+keeps open with a GET once the session is initialized, the DELETE ending it) is nobody's: it is
+logged, not told (12-07: told as a resumed request's, "its request had been sent", and
+kept as a reason the session might end for), and a consent it needs is parked for nobody
+(``unparked``; until 12-07 it was the session's opener's, whose call it interrupted).
 
 The request whose flow failed carries what was told of it (``flow_told``): a pooled
 streamable-HTTP session's client then fails that request alone (``_posts.OnePostFails``),
@@ -21,6 +26,7 @@ session, and their answers with it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextvars import ContextVar
 from typing import TypeVar
@@ -35,8 +41,14 @@ from psych_runtime.specs import StoreUnavailable
 
 T = TypeVar("T")
 
-_RESUMING: ContextVar[bool] = ContextVar("psych_oauth_resuming", default=False)
-"""Set while a step of the OAuth flow of a request resuming an event stream runs."""
+_log = logging.getLogger(__name__)
+
+_FLOW_OF: ContextVar[str | None] = ContextVar("psych_oauth_flow_of", default=None)
+"""While a step of an OAuth flow runs: ``resumes`` (its request resumes an event stream),
+``stands`` (its request is the session's own, ``standing``), or None."""
+
+_STANDING = "psych_oauth_standing"
+"""The request extension marking a request of the session's own (``stand``)."""
 
 _TOLD = "psych_oauth_told"
 """The request extension ``ToldAuth`` sets on a request whose flow failed: the exception
@@ -91,9 +103,9 @@ class _Forwarding(httpx2.Auth):
         answer: httpx2.Response | None = None
         renewed = False
         unsent = True
-        resumes = resuming(request)
+        of = "stands" if standing(request) else "resumes" if resuming(request) else None
         try:
-            sent = await _stepped(flow.__anext__(), resumes)
+            sent = await _stepped(flow.__anext__(), of)
             while True:
                 self._sending(request, sent)
                 unsent = unsent and sent is not request
@@ -102,7 +114,7 @@ class _Forwarding(httpx2.Auth):
                     answer = response
                 else:
                     renewed = True
-                sent = await _stepped(flow.asend(response), resumes)
+                sent = await _stepped(flow.asend(response), of)
         except StopAsyncIteration:
             if answer is not None:
                 self._answered(answer, renewed)
@@ -125,6 +137,17 @@ class ToldAuth(_Forwarding):
 
     def _failed(self, request: httpx2.Request, err: Exception, unsent: bool) -> None:
         told: Exception
+        said = malformed_token_response(err) or (
+            f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        )
+        if standing(request):
+            # No call's request, nor why the session would end: the SDK opens the stream
+            # again once, then the session goes on without it (it hears no notifications).
+            _log.warning(
+                "getting an OAuth token for an MCP session's own event stream failed: %s",
+                said,
+            )
+            return
         if isinstance(err, StoreUnavailable) and resuming(request):
             # The request whose stream it resumes had left (the tool may have run): not the
             # store's "nothing sent" (12-07: the call was retried as unsent).
@@ -137,9 +160,6 @@ class ToldAuth(_Forwarding):
             # as it is, so the session's owner raises it (transient, ``_pool.py``).
             told = err
         else:
-            said = malformed_token_response(err) or (
-                f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            )
             told = OAuthFailed(f"getting an OAuth token failed: {said}", unsent=unsent)
         self.told(told)
         request.extensions = {**request.extensions, _TOLD: (err, told)}
@@ -165,20 +185,44 @@ def resuming(request: httpx2.Request) -> bool:
     return request.method == "GET" and "last-event-id" in request.headers
 
 
-def flow_resumes() -> bool:
-    """Whether the OAuth flow running now (in this task, under a ``_Forwarding``) is that
-    of a request resuming an event stream (``resuming``): the request it answers had been
-    sent, so its tool may have run."""
-    return _RESUMING.get()
+def stand(request: httpx2.Request) -> None:
+    """Mark ``request`` as the session's own (``standing``): a pooled session's GET of its
+    event stream or its DELETE, made in no lease (``_posts.OnePostFails``), no call's."""
+    request.extensions = {**request.extensions, _STANDING: True}
 
 
-async def _stepped(step: Awaitable[T], resumes: bool) -> T:
-    """One step of an inner flow, ``flow_resumes`` saying ``resumes`` while it runs."""
-    token = _RESUMING.set(resumes)
+def standing(request: httpx2.Request) -> bool:
+    """Whether ``request`` is the session's own (``stand``)."""
+    return bool(request.extensions.get(_STANDING, False))
+
+
+def unparked() -> str | None:
+    """Why a consent the OAuth flow running now (in this task, under a ``_Forwarding``)
+    needs is parked for nobody (None: it is its asker's). Its request resumes an event
+    stream (``resuming``): it had been sent, so its tool may have run, and after the
+    consent the Run would run the call again. Or it is the session's own (``standing``):
+    no call's. The key's next request asks for the consent."""
+    of = _FLOW_OF.get()
+    if of == "resumes":
+        return (
+            "a person's consent is needed to resume the event stream of a request already "
+            "sent (the tool may have run; the next request asks for it)"
+        )
+    if of == "stands":
+        return (
+            "a person's consent is needed for the session's own event stream (no call's "
+            "request; the next request asks for it)"
+        )
+    return None
+
+
+async def _stepped(step: Awaitable[T], of: str | None) -> T:
+    """One step of an inner flow, ``unparked`` reading ``of``."""
+    token = _FLOW_OF.set(of)
     try:
         return await step
     finally:
-        _RESUMING.reset(token)
+        _FLOW_OF.reset(token)
 
 
 def flow_told(request: httpx2.Request, err: BaseException) -> Exception | None:

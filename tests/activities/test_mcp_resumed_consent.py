@@ -71,3 +71,36 @@ async def test_a_consent_needed_resuming_a_calls_stream_is_a_call_that_may_have_
         assert consent_server.state()["calls"]["dropped"] == 1
     finally:
         await mcp.aclose()
+
+
+async def test_a_consent_the_sessions_own_stream_needs_is_not_its_openers_call(
+    consent_server: OAuthMcpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session's standing event stream (its GET) runs in the context of the call that
+    # opened the session. The tool revokes every token and closes that stream: opened
+    # again, its GET is refused 401 and its flow would ask for a person's consent.
+    # Before: parked for the opener's call, which it interrupted while the tool ran, and
+    # which raised it as "never reached the tool" (after the consent, run a second time).
+    monkeypatch.setattr(ConsentProvider, "refresh_settle_seconds", 0.1)
+    store = LocalTokenStore(tmp_path / "tokens")
+    mcp = McpActivities(
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+        settings=McpSettings(oauth_issuers={CLIENT: consent_server.issuer}),
+        tokens=store,
+    )
+    server = crm(consent_server)
+    try:
+        with pytest.raises(ApplicationError) as first:
+            await call(mcp, server, "whoami", {})
+        await consent(mcp, store, asked(first.value))
+        # A fresh session (the first was retired for the consent): this call opens it.
+        outcome = await call(mcp, server, "unheard", {"seconds": 4})
+        assert outcome.status == "ok", outcome.content
+        assert outcome.content == "unheard for 4"
+        # The next call of the key meets the 401 on its own request and asks for consent.
+        with pytest.raises(ApplicationError) as again:
+            await call(mcp, server, "whoami", {})
+        assert asked(again.value).server == "crm"
+        assert consent_server.state()["calls"]["unheard"] == 1
+    finally:
+        await mcp.aclose()

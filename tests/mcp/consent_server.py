@@ -43,7 +43,9 @@ and RFC 7592's client management to the SDK's authorization server, and
 ``--resumable`` (streamable HTTP) keeps every event (``tests.mcp.events``), tells clients
 to retry after 100 ms, and adds ``dropped(seconds)``: it revokes every access and refresh
 token, closes its call's event stream, sleeps, then returns ``resumed after <seconds>``, so
-the client's GET resuming that stream (``Last-Event-ID``) meets a 401 and needs consent.
+the client's GET resuming that stream (``Last-Event-ID``) meets a 401 and needs consent;
+and ``unheard(seconds)``: it revokes them too and closes the session's standalone event
+stream instead (the client's GET opening it again meets a 401), then sleeps and returns.
 
 It prints ``ports <resource server> <authorization server>`` once both listen.
 """

@@ -188,7 +188,9 @@ def resource_server(
 ) -> MCPServer:
     """The resource server's tools; with ``on_dropped`` also ``dropped(seconds)``, which
     calls it, closes its call's event stream, sleeps, then returns ``resumed after
-    <seconds>`` (served with an event store: ``tests.mcp.consent_server --resumable``)."""
+    <seconds>``, and ``unheard(seconds)``, which calls it, closes the session's standalone
+    event stream, sleeps, then returns ``unheard for <seconds>`` (served with an event
+    store: ``tests.mcp.consent_server --resumable``)."""
     server = MCPServer("psych-oauth-test-mcp", auth=auth, token_verifier=Verifier(state))
 
     @server.tool()
@@ -225,6 +227,16 @@ def resource_server(
             await asyncio.sleep(seconds)
             state.finished["dropped"] += 1
             return f"resumed after {seconds:g}"
+
+        @server.tool()
+        async def unheard(seconds: float, ctx: Context) -> str:
+            """Calls ``on_dropped``, closes the session's standalone event stream (which the
+            client opens again), sleeps, returns."""
+            state.calls["unheard"] += 1
+            dropping()
+            await ctx.close_standalone_sse_stream()
+            await asyncio.sleep(seconds)
+            return f"unheard for {seconds:g}"
 
     return server
 

@@ -26,6 +26,8 @@ Tools (the names, arguments and annotations tests rely on):
 - ``dropped(seconds)``, only with ``--resumable`` (streamable HTTP): closes its call's event
   stream, sleeps, then returns ``resumed after <seconds>``: the client resumes the stream
   with a GET carrying ``Last-Event-ID`` (events kept in ``tests.mcp.events``; retry 100 ms).
+- ``unheard()``, only with ``--resumable``: closes the session's standalone event stream
+  (its GET), which the client opens again (with ``Last-Event-ID`` once it had an event).
 
 A plain-HTTP JSON control surface on the same port lets a test observe and steer it:
 
@@ -150,7 +152,7 @@ def _filler_description(index: int) -> str:
 
 def build_server(state: State, filler: int, resumable: bool = False) -> MCPServer:
     """The MCP server with every test tool registered, observing into ``state``
-    (``dropped`` only when ``resumable``)."""
+    (``dropped`` and ``unheard`` only when ``resumable``)."""
 
     async def observe(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         session_id = _session_id(ctx)
@@ -256,6 +258,13 @@ def build_server(state: State, filler: int, resumable: bool = False) -> MCPServe
             await ctx.close_sse_stream()
             await anyio.sleep(seconds)
             return f"resumed after {seconds:g}"
+
+        @server.tool()
+        async def unheard(ctx: Context) -> str:
+            """Close the session's standalone event stream (its GET), which the client
+            opens again with ``Last-Event-ID`` once it had an event."""
+            await ctx.close_standalone_sse_stream()
+            return "closed"
 
     return server
 
