@@ -214,9 +214,10 @@ class _Pooled:
             self.close_when_unused()
             if told is not None:
                 told.unanswerable(_told_failure(told))
-            if not self.ready.done() and self.task is not None:
-                # Still connecting: its own POST (``initialize``) is never answered either,
-                # so connecting fails now with why (12-07: it waited out connect_timeout).
+            if self.task not in (None, asyncio.current_task()) and not self.ready.done():
+                # Still connecting, told by the SDK's writer: the handshake's POST is never
+                # answered, so connecting fails now with why (12-07: it waited out the
+                # connect timeout). The owner's own GET meets its failure raised, as before.
                 self.ready.set_exception(store_down([err]) or McpUnavailable(str(err)))
                 self.task.cancel()
 
