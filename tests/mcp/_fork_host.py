@@ -13,13 +13,15 @@ Protocol on the inherited ``SOCK_SEQPACKET`` socket ``FD``, one JSON object a me
 ``{"op": "spawn", "module", "argv", "cwd", "env"}`` with two descriptors (stdout, stderr),
 answered ``{"pid": N}``; ``{"op": "status", "pid": N}``, answered ``{"status": S}`` (None
 while it runs, else as ``Popen.returncode``: ``-signal`` when a signal ended it). The socket
-closed, the host kills the children still running (SIGKILL), reaps them and exits.
+closed, the host kills the children still running (SIGKILL), reaps them and exits; the host
+killed, its children are too (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -36,6 +38,8 @@ SERVERS = (
     "tests.mcp.oauth_server",
     "tests.mcp.modern_server",
 )
+_PR_SET_PDEATHSIG = 1
+"""prctl(2)'s option: the signal the calling process gets when its parent exits."""
 _ended: dict[int, int] = {}
 _running: set[int] = set()
 
@@ -52,12 +56,25 @@ def _reap(*_: object) -> None:
         _ended[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _child(host: socket.socket, request: dict[str, Any], out: int, err: int) -> None:
+def _die_with(parent: int) -> None:
+    """Be killed when the host exits, however it does (SIGKILL, the OOM killer): a server
+    it leaves would listen on after the session, and nothing could reap or stop it (its
+    status is the host's to read)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the host exited before the line above
+        os._exit(1)
+
+
+def _child(host: socket.socket, parent: int, request: dict[str, Any], out: int, err: int) -> None:
     code: object = 1
     try:
         host.close()
+        _die_with(parent)
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # held by the fork
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.dup2(out, 1)
         os.dup2(err, 2)
@@ -86,6 +103,7 @@ def _child(host: socket.socket, request: dict[str, Any], out: int, err: int) -> 
 
 def main() -> None:
     host = socket.socket(fileno=int(sys.argv[1]))
+    parent = os.getpid()
     for module in SERVERS:
         importlib.import_module(module)
     signal.signal(signal.SIGCHLD, _reap)
@@ -96,11 +114,17 @@ def main() -> None:
         request = json.loads(message)
         if request["op"] == "spawn":
             out, err = fds
+            # SIGCHLD held until the child is recorded: one that ends at once is reaped
+            # after, not before, its pid is taken as new.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
             pid = os.fork()
             if pid == 0:
-                _child(host, request, out, err)
-            if pid not in _ended:  # unless it ended, and was reaped, already
-                _running.add(pid)
+                _child(host, parent, request, out, err)
+            # Past pid_max (32768 by default) the kernel hands out pids again: an earlier
+            # child's, reaped, may be this one's, whose status that is not.
+            _ended.pop(pid, None)
+            _running.add(pid)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             os.close(out)
             os.close(err)
             host.send(json.dumps({"pid": pid}).encode())

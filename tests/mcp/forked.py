@@ -43,13 +43,22 @@ class _Host:
     def ask(self, request: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
         data = json.dumps(request).encode()
         with self._lock:
-            if fds:
-                socket.send_fds(self._socket, [data], fds)
-            else:
-                self._socket.send(data)
-            answer = self._socket.recv(1 << 16)
+            try:
+                if fds:
+                    socket.send_fds(self._socket, [data], fds)
+                else:
+                    self._socket.send(data)
+                answer = self._socket.recv(1 << 16)
+            except OSError as err:  # its end closed: EPIPE, ECONNRESET
+                raise RuntimeError(
+                    f"the MCP servers' fork host exited ({self.process.poll()}), and its "
+                    f"servers with it: {err}"
+                ) from err
         if not answer:
-            raise RuntimeError(f"the MCP servers' fork host exited ({self.process.poll()})")
+            raise RuntimeError(
+                f"the MCP servers' fork host exited ({self.process.poll()}), and its servers "
+                "with it"
+            )
         reply: dict[str, Any] = json.loads(answer)
         return reply
 
