@@ -154,3 +154,26 @@ async def test_a_page_of_workflows_that_are_no_runs_says_so_and_goes_on(
     rest = await _psych_list(dev_env, "--tenant", tenant, "--limit", "1", "--cursor", found[1])
     assert rest.returncode == 0, rest.stderr
     assert [row.split()[0] for row in rest.stdout.splitlines()[1:]] == [own]
+
+
+async def test_limit_0_lists_all_past_pages_that_ended_short(
+    dev_env: WorkflowEnvironment, strays: tuple[str, str, list[str]]
+) -> None:
+    # --limit 0 is "all of them", but a page that ended short past FOREIGN_MAX rows it
+    # reads past (here its first, of the three workflows) is no end: psych list printed
+    # that page alone (no Run, a cursor) and stopped. Visibility asked a row at a time
+    # (PAGE_MAX 1), so the page ends short before the Run.
+    tenant, own, _ = strays
+    address = dev_env.client.service_client.config.target_host
+    entry = f"import psych_runtime.workflows.client._listing as paged; paged.PAGE_MAX = 1; {ENTRY}"
+    argv = ["list", "--address", address, "--tenant", tenant, "--limit", "0"]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", entry, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [row.split()[0] for row in done.stdout.splitlines()[1:]] == [own], done.stderr
+    assert "--cursor" not in done.stderr, done.stderr

@@ -426,6 +426,18 @@ async def _list(args: argparse.Namespace) -> int:
         cursor=args.cursor,
     )
     runs = list(page.runs)
+    while not args.limit and page.next_cursor is not None:
+        # All of them: a page ends short past the rows it reads past (``FOREIGN_MAX``),
+        # which is no end of the listing; its cursor reads on.
+        page = await client.list_page(
+            scope=scope,
+            agent=args.agent,
+            status=args.status,
+            suspended=args.suspended,
+            limit=sys.maxsize,
+            cursor=page.next_cursor,
+        )
+        runs += page.runs
     if not runs and page.next_cursor is None:
         which = "suspended Runs" if args.suspended else "Runs"
         more = " more" if args.cursor else ""
