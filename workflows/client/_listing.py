@@ -405,8 +405,9 @@ class RunListing(abc.ABC):
             if token is None:
                 break
         # Not the caller's to see, but the operator's to know; past FOREIGN_MAX of them
-        # the page ends short (its cursor, if any, reads on past them).
-        short = len(found) < limit and foreign + len(strays) >= FOREIGN_MAX
+        # the page ends short, its cursor reading on past them (one that read to the end
+        # of the listing did not: nothing is left to read).
+        short = len(found) < limit and foreign + len(strays) >= FOREIGN_MAX and token is not None
         ended = f"{len(found)} of up to {limit}" if short else ""
         for warning in read_past(scope.tenant, foreign, strays, ended):
             logger.warning("%s", warning)
