@@ -232,12 +232,7 @@ def problem_of(err: Exception, run_id: str | None = None) -> Problem | None:
         case PsychError():
             return Problem(409, str(err), "conflict")
         case UpdateEndedByTemporal():  # Temporal's timeout status, not a worker's silence
-            return Problem(
-                503,
-                f"{err.said}; it may still be applied: read the Run before sending it again, "
-                "or send it again under the same Idempotency-Key",
-                "temporal",
-            )
+            return ended_update(err)
         case NotTakenInTime() if isinstance(err.__cause__, UpdateUnanswered):
             return unanswered_update(err.__cause__)
         case UpdateUnanswered():
@@ -320,6 +315,13 @@ def _held_words(held: str | None, key: str) -> tuple[str, str] | None:
                 "temporal",
             )
     return None
+
+
+def ended_update(err: UpdateEndedByTemporal, key: str = _REST_KEY) -> Problem:
+    """The 503 of an update Temporal ended with a timeout's status before the Run answered
+    it; ``key``: how to send it again safely (REST's ``Idempotency-Key`` unless given)."""
+    detail = f"{err.said}; it may still be applied: read the Run before sending it again, "
+    return Problem(503, f"{detail}or send it again {key}", "temporal")
 
 
 def unanswered_update(err: UpdateUnanswered, key: str = _REST_KEY) -> Problem:

@@ -36,10 +36,11 @@ from psych_runtime.workers._bounded import NotTakenInTime
 from psych_runtime.workers.serve._problems import (
     INTERNAL_DETAIL,
     Problem,
+    ended_update,
     problem_of,
     unanswered_update,
 )
-from psych_runtime.workflows import RefusalKind, UpdateUnanswered
+from psych_runtime.workflows import RefusalKind, UpdateEndedByTemporal, UpdateUnanswered
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +49,20 @@ R = TypeVar("R")
 Y = TypeVar("Y")
 
 _INTERNAL = Problem(500, INTERNAL_DETAIL, "internal")
+_A2A_KEY = "with the same messageId"
 
 
 def _problem(err: Exception) -> Problem:
     """The problem REST answers ``err`` with; an error it does not know is logged here and
     answered as ``internal``, naming nothing of it."""
+    # REST's detail names its Idempotency-Key; A2A's reply is keyed by its messageId.
     if isinstance(err, NotTakenInTime):
-        # REST's detail names its Idempotency-Key; A2A's reply is keyed by its messageId.
         cause = err.__cause__
         if isinstance(cause, UpdateUnanswered) and cause.held is not None:
-            return unanswered_update(cause, key="with the same messageId")
+            return unanswered_update(cause, key=_A2A_KEY)
         return Problem(503, str(err), "no-worker")
+    if isinstance(err, UpdateEndedByTemporal):  # Temporal ended it before the wait ran out
+        return ended_update(err, key=_A2A_KEY)
     found = problem_of(err)
     if found is None:
         logger.error("an A2A request failed", exc_info=err)
