@@ -22,6 +22,7 @@ from psych_runtime.activities.egress import EgressSettings
 from psych_runtime.activities.tokens import TokenStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers.cli._logging import KEEP_ALIVE_SECONDS
 from psych_runtime.workers.serve import ApiKey, AuthSettings, JwtSettings, ServeSettings, create_app
 from psych_runtime.workflows import PsychClient
 
@@ -64,7 +65,10 @@ async def served(
     if a2a_list_scan is not None:
         settings = dataclasses.replace(settings, a2a_list_scan=a2a_list_scan)
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     await eventually(lambda: _started(server), what="uvicorn to listen")
     port = server.servers[0].sockets[0].getsockname()[1]

@@ -195,18 +195,30 @@ def serving_logging(*, verbose: bool, quiet: bool = False) -> None:
     console_logging(verbose=verbose, quiet=quiet, tracebacks=True)
 
 
-class UvicornLogging(TypedDict):
-    """The logging arguments of ``uvicorn.Config``."""
+KEEP_ALIVE_SECONDS = 75
+"""How long a serving command keeps an idle keep-alive connection open. uvicorn's own 5 s
+equals httpx's ``keepalive_expiry``: a client that sent its next request on a connection
+idle for about 5 s met the server closing it (``ReadError``, a POST not sent again), and
+a load balancer keeps its idle connections longer still (60 s is AWS ALB's default), so
+the server, not the balancer, closed them under it (a 502). Past the usual balancers'
+and clients' idle timeouts, as nginx's default (75 s)."""
+
+
+class UvicornOptions(TypedDict):
+    """The arguments of ``uvicorn.Config`` a serving command sets."""
 
     log_config: None
     log_level: str
     access_log: bool
+    timeout_keep_alive: int
 
 
-def uvicorn_options(verbose: bool) -> UvicornLogging:
+def uvicorn_options(verbose: bool) -> UvicornOptions:
     """How a serving command's uvicorn logs: through this module's handler (no logging
     config of its own), its info records (its start) only with ``--verbose``, and no
     access log: a request's line holds its query, and the OAuth callback's holds the
-    authorization code."""
+    authorization code; and how long it keeps an idle connection (``KEEP_ALIVE_SECONDS``)."""
     level = "info" if verbose else "warning"
-    return UvicornLogging(log_config=None, log_level=level, access_log=False)
+    return UvicornOptions(
+        log_config=None, log_level=level, access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS
+    )
