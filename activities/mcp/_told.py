@@ -14,7 +14,9 @@ parked for nobody (``unparked``: after it was given the Run would run the call a
 A flow failing for a request of the session's own (``standing``: the event stream the SDK
 keeps open with a GET once the session is initialized, the DELETE ending it) is nobody's: it is
 logged, not told (12-07: told as a resumed request's, "its request had been sent", and
-kept as a reason the session might end for), and a consent it needs is parked for nobody
+kept as a reason the session might end for), as is the MCP server's refusal of the token
+its flow just obtained (until 12-07 told as ``TokenRefused``, which a later lease told
+nothing then quoted as why the session broke), and a consent it needs is parked for nobody
 (``unparked``; until 12-07 it was the session's opener's, whose call it interrupted).
 
 The request whose flow failed carries what was told of it (``flow_told``): a pooled
@@ -92,8 +94,8 @@ class _Forwarding(httpx2.Auth):
         """The flow of ``request`` ends raising ``err``; ``unsent``: before it sent
         ``request`` itself."""
 
-    def _answered(self, response: httpx2.Response, renewed: bool) -> None:
-        """The flow ends with ``response`` to the request; ``renewed``: the flow made
+    def _answered(self, request: httpx2.Request, response: httpx2.Response, renewed: bool) -> None:
+        """The flow of ``request`` ends with ``response`` to it; ``renewed``: the flow made
         requests of its own (discovery, the token endpoint) before it."""
 
     async def async_auth_flow(
@@ -117,7 +119,7 @@ class _Forwarding(httpx2.Auth):
                 sent = await _stepped(flow.asend(response), of)
         except StopAsyncIteration:
             if answer is not None:
-                self._answered(answer, renewed)
+                self._answered(request, answer, renewed)
             return
         except Exception as err:
             self._failed(request, err, unsent)
@@ -164,18 +166,22 @@ class ToldAuth(_Forwarding):
         self.told(told)
         request.extensions = {**request.extensions, _TOLD: (err, told)}
 
-    def _answered(self, response: httpx2.Response, renewed: bool) -> None:
+    def _answered(self, request: httpx2.Request, response: httpx2.Response, renewed: bool) -> None:
         if response.status_code not in (401, 403) or not renewed:
             return
         error = extract_field_from_www_auth(response, "error")
         said = "" if error is None else f" ({error})"
-        self.told(
-            TokenRefused(
-                f"the MCP server refused the OAuth token just obtained for it: HTTP "
-                f"{response.status_code}{said} (a token expired on arrival, or issued for "
-                "another resource or scope)"
-            )
+        refused = (
+            f"the MCP server refused the OAuth token just obtained for it: HTTP "
+            f"{response.status_code}{said} (a token expired on arrival, or issued for "
+            "another resource or scope)"
         )
+        if standing(request):
+            # The session's own stream's, as a failed flow of it (``_failed``; 12-07: told,
+            # and kept as why the session ended, a later lease's error quoting it).
+            _log.warning("%s, for an MCP session's own event stream", refused)
+            return
+        self.told(TokenRefused(refused))
 
 
 def resuming(request: httpx2.Request) -> bool:
