@@ -36,7 +36,8 @@ session is connected (the handshake, the era's fallback), a fault fails the conn
 before.
 
 An SSE session's POSTs run in the SDK's one writer task, which ends with the first POST
-that raises (a transport fault, or ``raise_for_status`` on an error status): that request
+that raises (a transport fault, or ``raise_for_status`` on an error status or on a redirect
+it does not follow, ``next_request_within_origin``): that request
 is never answered and nothing more is sent. ``ToldPosts`` tells the session of such a POST
 (``PostFailed``, in the asking lease's context) before the SDK sees it, so the pool fails
 that lease at once and lends the session no more (``_pool.py``), as for a failed OAuth
@@ -54,6 +55,7 @@ from typing import Any
 
 import httpx2
 import mcp_types
+from mcp.shared._httpx_utils import next_request_within_origin, redirect_note
 
 from psych_runtime.activities.egress import EgressDenied, McpResponseTooLarge
 from psych_runtime.activities.mcp._lease import TOLD
@@ -136,10 +138,11 @@ class PostFailed(Exception):
 
 
 class ToldPosts(httpx2.AsyncClient):
-    """A pooled SSE session's client: a POST failing (a transport fault, or an error
-    status, which the SDK's writer raises) is told to ``on_fault`` as ``PostFailed``
-    before the SDK sees it (the module docstring), while connecting too: the writer ends
-    then just as well, and the handshake waits for an answer that never comes."""
+    """A pooled SSE session's client: a POST failing (a transport fault, an error status
+    or a redirect the SDK does not follow, which the SDK's writer raises) is told to
+    ``on_fault`` as ``PostFailed`` before the SDK sees it (the module docstring), while
+    connecting too: the writer ends then just as well, and the handshake waits for an
+    answer that never comes."""
 
     def __init__(self, *, on_fault: Callable[[Exception], None], **options: Any) -> None:
         super().__init__(**options)
@@ -155,9 +158,15 @@ class ToldPosts(httpx2.AsyncClient):
                 said = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
                 self._on_fault(PostFailed(f"sending an MCP message failed: {said}"))
             raise
-        if response.status_code >= 400:  # a redirect is the SDK's to follow (same origin)
+        if not response.is_success and next_request_within_origin(response) is None:
+            # Raised by the SDK's writer: an error status, or a redirect it does not follow
+            # (another origin, or a 301/302/303 turning the POST into a GET; 12-07: told
+            # nothing, a redirected handshake waited out the connect timeout, a call its own).
             self._on_fault(
-                PostFailed(f"the MCP server answered a message with HTTP {response.status_code}")
+                PostFailed(
+                    f"the MCP server answered a message with HTTP {response.status_code}"
+                    f"{redirect_note(response)}"
+                )
             )
         return response
 

@@ -229,3 +229,67 @@ async def test_an_sse_handshake_whose_post_the_server_refused_fails_at_once() ->
         served.stop()
         await sessions.aclose()
         await egress.aclose()
+
+
+async def test_an_sse_handshake_whose_post_was_redirected_away_fails_at_once() -> None:
+    # A 302 to a POST is a redirect the SDK does not follow (it would turn the POST into a
+    # GET without the message): its writer ends raising for the status, as for a 503, and
+    # the handshake is never answered. Before: told nothing (only statuses >= 400 were),
+    # every lease waited out connect_timeout; now each fails naming the redirect.
+    egress = loopback()
+    sessions = McpSessions(
+        max_sessions=4,
+        idle_seconds=60,
+        connect_timeout=60,  # the wait before; the reason, not the clock, tells them apart
+        on_tools_changed=lambda key: None,
+        egress=egress,
+    )
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
+
+    async def lease() -> None:
+        async with sessions.client(key, served.url, {}):
+            raise AssertionError("connected through a redirected handshake")
+
+    try:
+        served.refuse("initialize", status=302, location="/moved")
+        failed = await asyncio.gather(lease(), lease(), return_exceptions=True)
+        for err in failed:
+            assert isinstance(err, McpUnavailable), err
+            assert str(err) == (
+                "the MCP server answered a message with HTTP 302 (redirected to "
+                f"{served.base_url}/moved; not followed)"
+            ), err
+        assert key not in sessions.keys
+        served.refuse()
+        await lent_afresh(sessions, key, served)
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()
+
+
+async def test_an_sse_call_whose_post_was_redirected_away_fails_at_once() -> None:
+    # The call's POST answered with a redirect the SDK does not follow: its writer ends, as
+    # for an error status. Before: told nothing, the round waited out its bound (5 s here,
+    # the call's timeout in an activity) with TimeoutError.
+    egress = loopback()
+    sessions = pool(egress)
+    served = start_mcp_server("sse")
+    key = SessionKey.of(Scope(tenant="acme"), served.url, "sse", None)
+    auth = BearerUnlessMarked(b"never-marked")
+    try:
+        served.refuse("tools/call", status=302, location="/moved")
+        with pytest.raises(SessionBroke) as caught:
+            await echo_round(sessions, key, served.url, auth, "moved")
+        assert str(caught.value) == (
+            "the MCP server answered a message with HTTP 302 (redirected to "
+            f"{served.base_url}/moved; not followed)"
+        )
+        assert key not in sessions.keys
+        served.refuse()
+        assert text_of(await echo_round(sessions, key, served.url, auth, "again")) == "again"
+    finally:
+        served.stop()
+        await sessions.aclose()
+        await egress.aclose()

@@ -108,9 +108,13 @@ class McpTestServer:
         garbled: int = response.json()["garbled"]
         return garbled
 
-    def refuse(self, *methods: str) -> None:
-        """Answer 503 to every MCP POST carrying one of ``methods`` (none: end it)."""
-        body = json.dumps({"methods": list(methods)})
+    def refuse(self, *methods: str, status: int = 503, location: str | None = None) -> None:
+        """Answer 503 (or ``status``, with ``location`` as its ``Location`` when given) to
+        every MCP POST carrying one of ``methods`` (none: end it)."""
+        asked: dict[str, object] = {"methods": list(methods), "status": status}
+        if location is not None:
+            asked["location"] = location
+        body = json.dumps(asked)
         self._control.post("/control/refuse", content=body).raise_for_status()
 
     def reset(self) -> None:

@@ -1,6 +1,7 @@
 """MCP messages the test server refuses on request (``POST /control/refuse``): a POST whose
-JSON-RPC method was named is answered 503 unread by the MCP app, as a server failing that
-request alone (a listing's POST after the session connected, say)."""
+JSON-RPC method was named is answered 503 (or the status asked, with a ``Location`` when
+one was given: a redirect) unread by the MCP app, as a server failing that request alone (a
+listing's POST after the session connected, say)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 async def refused(
-    scope: MutableMapping[str, Any], receive: Receive, send: Send, methods: set[str]
+    scope: MutableMapping[str, Any],
+    receive: Receive,
+    send: Send,
+    methods: set[str],
+    status: int = 503,
+    location: str | None = None,
 ) -> Receive | None:
-    """Read a POST's body; when its method is in ``methods``, answer 503 and return None,
-    else return a ``receive`` that gives the app the body read."""
+    """Read a POST's body; when its method is in ``methods``, answer ``status`` (with
+    ``location`` as its ``Location`` when given) and return None, else return a
+    ``receive`` that gives the app the body read."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
@@ -34,7 +41,10 @@ async def refused(
     except (ValueError, AttributeError):
         method = None
     if method in methods:
-        answer = JSONResponse({"error": f"{method} refused by the test"}, status_code=503)
+        headers = {} if location is None else {"location": location}
+        answer = JSONResponse(
+            {"error": f"{method} refused by the test"}, status_code=status, headers=headers
+        )
         await answer(scope, receive, send)
         return None
     return replaying(body, receive)

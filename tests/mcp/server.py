@@ -37,8 +37,9 @@ A plain-HTTP JSON control surface on the same port lets a test observe and steer
 - ``POST /control/add_tool`` ``{"name": ...}``: registers a tool ``name`` (it echoes
   ``text``) and sends ``notifications/tools/list_changed`` to every open session.
 - ``POST /control/reset``: forgets calls, bearers, cancellations and added tools.
-- ``POST /control/refuse`` ``{"methods": [...]}``: answers 503 to every MCP POST carrying
-  one of those JSON-RPC methods (``[]`` ends it; reset too).
+- ``POST /control/refuse`` ``{"methods": [...], "status": n, "location": "..."}``: answers
+  503 (or ``status``, with ``location`` as its ``Location`` when given) to every MCP POST
+  carrying one of those JSON-RPC methods (``[]`` ends it; reset too).
 - ``POST /control/garble``: writes an event whose data is not JSON-RPC (``GARBLED``) on
   every open event stream of a GET (SSE's ``/sse``): a server message a client cannot read.
 
@@ -122,8 +123,11 @@ class State:
     sessions: dict[str, ServerSession] = field(default_factory=dict)
     # The send of every GET's event stream open now (``/control/garble`` writes on them).
     event_streams: list[Send] = field(default_factory=list)
-    # JSON-RPC methods whose POSTs are answered 503 (``/control/refuse``).
+    # JSON-RPC methods whose POSTs are answered 503 (``/control/refuse``), or this status
+    # with this Location.
     refused: set[str] = field(default_factory=set)
+    refused_status: int = 503
+    refused_location: str | None = None
 
     def saw_bearer(self, session_id: str, token: str) -> None:
         seen = self.bearers.setdefault(session_id, [])
@@ -137,6 +141,7 @@ class State:
         self.interrupted.clear()
         self.requested.clear()
         self.refused.clear()
+        self.refused_status, self.refused_location = 503, None
 
 
 GARBLED = b"event: message\ndata: {not json-rpc\n\n"
@@ -317,8 +322,11 @@ def control_app(server: MCPServer, state: State) -> Starlette:
         return JSONResponse({"ok": True})
 
     async def control_refuse(request: Request) -> Response:
-        methods = json.loads(await request.body())["methods"]
-        state.refused = {str(method) for method in methods}
+        asked = json.loads(await request.body())
+        state.refused = {str(method) for method in asked["methods"]}
+        state.refused_status = int(asked.get("status", 503))
+        location = asked.get("location")
+        state.refused_location = None if location is None else str(location)
         return JSONResponse({"refused": sorted(state.refused)})
 
     async def control_garble(request: Request) -> Response:
@@ -389,7 +397,14 @@ def guard(app: Asgi, control: Asgi, state: State, *, require_bearer: bool) -> As
         if token is not None and session_id is not None:
             state.saw_bearer(session_id, token)
         if scope.get("method") == "POST" and state.refused:
-            replay = await refused(scope, receive, send, state.refused)
+            replay = await refused(
+                scope,
+                receive,
+                send,
+                state.refused,
+                state.refused_status,
+                state.refused_location,
+            )
             if replay is None:
                 return
             receive = replay
