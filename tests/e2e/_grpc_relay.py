@@ -28,7 +28,7 @@ class Relay:
     answered: list[tuple[str, grpc.StatusCode]] = field(default_factory=list)
     """Each call's method (its last part: ``ListWorkflowExecutions``) and its status, in
     the order they were answered."""
-    _failures: dict[str, list[tuple[grpc.StatusCode, bytes]]] = field(default_factory=dict)
+    _failures: dict[str, list[tuple[grpc.StatusCode, bytes, str]]] = field(default_factory=dict)
     hung: dict[str, int] = field(default_factory=dict)
     """The methods whose calls are held unanswered (``hang``), each with how many of its
     calls are still passed on first."""
@@ -46,11 +46,18 @@ class Relay:
         self._before[method] = action
 
     def fail_next(
-        self, method: str, status: grpc.StatusCode, times: int = 1, details: bytes = b""
+        self,
+        method: str,
+        status: grpc.StatusCode,
+        times: int = 1,
+        details: bytes = b"",
+        message: str | None = None,
     ) -> None:
         """Answer the next ``times`` calls of ``method`` with ``status`` (not asked of the
-        server), and ``details`` (a ``google.rpc.Status``'s bytes) when given."""
-        self._failures.setdefault(method, []).extend([(status, details)] * times)
+        server), and ``details`` (a ``google.rpc.Status``'s bytes) when given, its message
+        ``message`` (else one naming the relay)."""
+        said = message or f"the relay answers {status.name} (scripted)"
+        self._failures.setdefault(method, []).extend([(status, details, said)] * times)
 
     def hang(self, method: str, after: int = 0) -> None:
         """Hold every call of ``method`` from now on (past its next ``after``), unanswered
@@ -66,7 +73,7 @@ class Relay:
         """The statuses of ``method``'s calls so far, in order."""
         return [status for name, status in self.answered if name == method]
 
-    def failure_for(self, method: str) -> tuple[grpc.StatusCode, bytes] | None:
+    def failure_for(self, method: str) -> tuple[grpc.StatusCode, bytes, str] | None:
         queued = self._failures.get(method)
         return queued.pop(0) if queued else None
 
@@ -94,10 +101,10 @@ class _Forward(grpc.GenericRpcHandler):
                 await action()
             failure = self.relay.failure_for(name)
             if failure is not None:
-                status, details = failure
+                status, details, said = failure
                 self.relay.answered.append((name, status))
                 trailing = (("grpc-status-details-bin", details),) if details else ()
-                await context.abort(status, f"the relay answers {status.name} (scripted)", trailing)
+                await context.abort(status, said, trailing)
             metadata = [
                 (key, value)
                 for key, value in context.invocation_metadata() or ()

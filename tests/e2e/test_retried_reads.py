@@ -171,3 +171,27 @@ async def test_a_history_long_poll_asked_without_a_timeout_keeps_the_cores_deadl
             assert failed.value.status == RPCStatusCode.NOT_FOUND, repr(failed.value)
         (left[psych],) = [seconds for name, seconds in relay.deadlines if name == HISTORY]
     assert all(seconds is not None and 60 < seconds <= 70 for seconds in left.values()), left
+
+
+@pytest.mark.parametrize(
+    ("message", "sent"), [("operation was canceled", 2), ("context canceled", 1)]
+)
+async def test_a_read_whose_connection_dropped_is_sent_again_once(
+    harness: Harness, message: str, sent: int
+) -> None:
+    # A CANCELLED the SDK's HTTP client makes of a request its connection dropped (hyper's
+    # "operation was canceled") was retried once by the core, unseen; made here, it read as
+    # Temporal giving a result()'s long poll up (a whole-suite run, 12-07 18:53). A
+    # CANCELLED the server answered is its answer.
+    async with _psych_client(harness) as (relay, client):
+        relay.fail_next(DESCRIBE, grpc.StatusCode.CANCELLED, message=message)
+        relay.fail_next(DESCRIBE, grpc.StatusCode.NOT_FOUND)
+        handle = client.get_workflow_handle("psych-acme-r1")
+        with pytest.raises(RPCError) as failed:
+            async with asyncio.timeout(BOUND):
+                await handle.describe(rpc_timeout=WITHIN)
+    statuses = [grpc.StatusCode.CANCELLED, grpc.StatusCode.NOT_FOUND][:sent]
+    assert relay.of(DESCRIBE) == statuses
+    assert failed.value.status == (
+        RPCStatusCode.NOT_FOUND if sent == 2 else RPCStatusCode.CANCELLED
+    )

@@ -20,10 +20,14 @@ attempt was sent, which ``waited_out`` times. Every other call, and a read asked
 retries, goes to the connected client as it is. The client's interceptors see each call
 as before: they sit above the service client.
 
-One core retry is not made here: a CANCELLED whose cause is the connection closing
-(a GOAWAY the transport did not handle) is retried once by the core, which only its
-transport error tells; here it is the attempt's answer (``TemporalCancelled``: send the
-request again).
+The core also sends a request again once when its connection closed under it (a GOAWAY
+the transport did not handle), which it tells by the transport's error. Here that error
+shows only in the status it came as: a CANCELLED whose message is the HTTP client's own
+for a request its connection dropped (``operation was canceled``, hyper's; a server that
+gave a request up says otherwise, "context canceled"). Such an answer is sent again once,
+as the core does: a whole-suite run (12-07 18:53) read one as ``TemporalCancelled`` in a
+``result()``'s long poll, which the core had retried unseen before these reads were made
+here.
 """
 
 from __future__ import annotations
@@ -92,6 +96,10 @@ _LONG_POLL_TIMEOUT = timedelta(seconds=70)
 """The deadline the SDK's core gives each attempt of a history long poll
 (``wait_new_event``) asked with no timeout (its ``LONG_POLL_TIMEOUT``), only on its retrying
 path: sent with its retries off, such a call had its 30 s default for other calls."""
+
+_DROPPED = "operation was canceled"
+"""The message of a CANCELLED the SDK's HTTP client (hyper, through tonic) makes of a request
+its connection dropped, the case the core sends again once."""
 
 _THROTTLE = RetryConfig(
     initial_interval_millis=1000,
@@ -235,6 +243,8 @@ def _pause(
     with ``err``; None: not again, ``err`` is the answer."""
     if config.max_retries > 0 and attempts >= config.max_retries:
         return None
+    if err.status == RPCStatusCode.CANCELLED and err.message == _DROPPED:
+        return 0.0 if attempts == 1 else None  # once (the core's rule), with no pause
     if err.status not in _RETRYABLE:
         return None
     if err.status == RPCStatusCode.RESOURCE_EXHAUSTED and err.message.startswith(_TOO_LARGE):
