@@ -8,10 +8,7 @@ a subprocess, until SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import signal
-import sys
 from pathlib import Path
 
 import httpx
@@ -22,7 +19,7 @@ from psych_runtime.workers.cli._logging import KEEP_ALIVE_SECONDS
 from tests._ports import free_port
 
 from .conftest import read_until
-from .test_cli_serving_logging import API_KEY, _env
+from .test_cli_serving_logging import serving
 
 IDLE_SECONDS = 7.0
 """Past uvicorn's default 5 s (the server's close then arrives within the wait), well within
@@ -36,20 +33,7 @@ async def test_an_idle_connection_is_kept_past_five_seconds(
     assert KEEP_ALIVE_SECONDS > 60  # past AWS ALB's default idle timeout, at least
     port = free_port()
     address = dev_env.client.service_client.config.target_host
-    argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
-    if command == "serve":
-        argv += ["--store", str(tmp_path / "versions")]
-    keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "psych_runtime.workers.cli",
-        *argv,
-        env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    child = await serving(command, port, address, tmp_path)
     try:
         assert child.stderr is not None
         await read_until(child.stderr, "Ctrl-C to stop")

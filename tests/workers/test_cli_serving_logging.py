@@ -68,6 +68,28 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+async def serving(
+    command: str, port: int, address: str, tmp_path: Path
+) -> asyncio.subprocess.Process:
+    """``psych serve`` (its Versions under ``tmp_path``, one API key) or ``psych
+    oauth-callback`` on 127.0.0.1:``port`` against Temporal at ``address``, as a
+    subprocess, its output piped."""
+    argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
+    if command == "serve":
+        argv += ["--store", str(tmp_path / "versions")]
+    keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "psych_runtime.workers.cli",
+        *argv,
+        env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
 async def _served(
     argv: list[str], env: dict[str, str], ready: str | None, port: int | None, *, python: list[str]
 ) -> str:
@@ -270,20 +292,7 @@ async def test_a_uvicorn_command_whose_port_is_taken_never_says_it_listens(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
-        if command == "serve":
-            argv += ["--store", str(tmp_path / "versions")]
-        keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "psych_runtime.workers.cli",
-            *argv,
-            env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        child = await serving(command, port, address, tmp_path)
         async with asyncio.timeout(60):
             out, err = await child.communicate()
     assert child.returncode != 0, err
