@@ -10,7 +10,9 @@ proxy hides (the operator's own endpoints keep them).
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,6 +47,25 @@ MAX_REDIRECTS = 5
 """Redirects a Spec-named URL may take (each one judged again)."""
 _MAX_CONNECTIONS, _MAX_KEEPALIVE, _KEEPALIVE_SECONDS = 100, 20, 5.0
 """httpx's own pool defaults."""
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every httpx pool made here: one per process.
+
+    Building one loads certifi's CA bundle, ~20 ms of CPU, and each transport made two (its
+    own pool's, then the guarded pool's): a worker's start, and each MCP session, paid for
+    that again. A context is shared safely: the pools only wrap sockets with it, and the one
+    setting httpcore makes on it per connection (its ALPN list) is the same for every pool
+    here, none of which speaks HTTP/2.
+    """
+    return httpx.create_ssl_context(trust_env=False)
+
+
+@functools.cache
+def _tls2() -> ssl.SSLContext:
+    """``_tls`` for the httpx2 pools of MCP sessions."""
+    return httpx2.create_ssl_context(trust_env=False)
 
 
 class Egress:
@@ -165,11 +186,11 @@ class Egress:
         of its events. ``on_refused`` is told of each body refused (``McpResponseTooLarge``):
         the SDK ends the session with a message of its own, which does not say why.
         """
-        transport = httpx2.AsyncHTTPTransport(trust_env=False)
+        transport = httpx2.AsyncHTTPTransport(verify=_tls2(), trust_env=False)
         # httpx2 takes no network backend; its pool does (the same as httpcore2's default
         # but for the backend).
         transport._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            ssl_context=_tls2(),
             network_backend=Httpcore2Guard(self.guard(tenant, "spec")),
             max_connections=_MAX_CONNECTIONS,
             max_keepalive_connections=_MAX_KEEPALIVE,
@@ -217,10 +238,10 @@ class Egress:
 
 
 def _httpx_transport(guard: Guard) -> httpx.AsyncHTTPTransport:
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    transport = httpx.AsyncHTTPTransport(verify=_tls(), trust_env=False)
     # httpx takes no network backend; its pool does (built as httpx builds it).
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=_tls(),
         network_backend=HttpcoreGuard(guard),
         max_connections=_MAX_CONNECTIONS,
         max_keepalive_connections=_MAX_KEEPALIVE,
