@@ -4,7 +4,8 @@ The worker SDK lets go of queries it holds for a run it evicts (sdk-core's workf
 stream: "There were leftover buffered tasks when evicting run"), and it evicts a run as
 the run finishes: a query asked while the Run ends can go unanswered until its timeout,
 though the closed Run answers the same query at once (a worker replays it). So a query no
-worker answered is asked again, once, when the Run closed after it was asked. A Run
+worker answered is asked again, once, when the Run closed after it was asked. So is one a
+worker failed on its own timer, not the Run's answer (``STALLED``). A Run
 closed before (its workers gone) is not asked twice: that would only double the wait.
 "After" is the server's close time against this process's clock: a clock that runs
 behind the server's may ask twice for a Run that closed that much before the query, one
@@ -24,6 +25,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowHistoryEventAsyncIterator,
+    WorkflowQueryFailedError,
 )
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
@@ -34,6 +36,12 @@ from psych_runtime.workflows.client._attempts import AttemptFailed
 _UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 """A query's timeout, as the server (deadline exceeded) or the client's transport
 ("Timeout expired", cancelled) reports it."""
+STALLED = "[TMPRL1101]"
+"""The worker SDK's code for "Potential deadlock detected": an activation (here, the replay
+a query of a closed or evicted Run makes) that did not yield within 2 s of wall clock. A
+worker whose CPUs are busy with other Runs meets it with no deadlock in the Run, and a
+query is not retried by Temporal: the query is asked once more (the worker evicted the run
+and replays it afresh); a real deadlock fails the second ask the same way."""
 
 
 async def query_run(
@@ -57,14 +65,35 @@ async def query_run(
     """
     asked_at = datetime.now(UTC)
     try:
-        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
+        return await _ask_past_a_stall(
+            handle, name, arg, result_type, rpc_timeout, reject_condition
+        )
     except RPCError as err:
         if err.status not in _UNANSWERED or not await _closed_since(handle, asked_at, rpc_timeout):
             raise mapped(err, workflow_id) from err
     try:
-        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
+        return await _ask_past_a_stall(
+            handle, name, arg, result_type, rpc_timeout, reject_condition
+        )
     except RPCError as err:
         raise mapped(err, workflow_id) from err
+
+
+async def _ask_past_a_stall(
+    handle: WorkflowHandle[Any, Any],
+    name: str,
+    arg: Any,
+    result_type: type[Any],
+    rpc_timeout: timedelta | None,
+    reject_condition: QueryRejectCondition | None,
+) -> Any:
+    """``_ask``, once more if the worker failed it as stalled (``STALLED``)."""
+    try:
+        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
+    except WorkflowQueryFailedError as err:
+        if STALLED not in err.message:
+            raise
+    return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
 
 
 async def _ask(

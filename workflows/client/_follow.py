@@ -38,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from psych_runtime.specs import NotFound, PsychError
 from psych_runtime.workflows.client._asked import (
     HISTORY_LONG_POLL_TIMEOUT,
+    STALLED,
     TEMPORAL_READ_TIMEOUT,
     describe_within,
     history_read,
@@ -264,6 +265,7 @@ class RecordFollower:
         """The answer of execution ``run_id`` (None: the current one) to ``query`` (the
         records after ``after``), and which of ``queries`` gave it."""
         handle = self.client.get_workflow_handle(self.workflow_id, run_id=run_id)
+        stalled = False
         while True:
             self.queries += 1
             asked = self.queries
@@ -273,6 +275,9 @@ class RecordFollower:
                 )
                 return page, asked
             except WorkflowQueryFailedError as err:
+                if STALLED in err.message and not stalled:
+                    stalled = True  # the worker's own timer, not the Run: ask once more
+                    continue
                 # The Run refused to answer (its input was no valid input: it failed
                 # before it had records), or its query handler failed: say which Run, and
                 # what it said.

@@ -1,0 +1,118 @@
+"""A query the worker failed on its own timer is asked once more (``_asked.STALLED``).
+
+The worker SDK fails an activation that does not yield within 2 s of wall clock as a
+"potential deadlock" (TMPRL1101): a query of a closed Run replays it, and on a worker whose
+CPUs are busy that replay has taken longer (a suite run failed a status read so). Here a
+query handler that takes 2.5 s the first time stands for that replay, on a real dev server.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowHandle, WorkflowQueryFailedError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from psych_runtime.workflows import RecordsPage, RecordsQuery
+from psych_runtime.workflows.client._asked import STALLED, query_run
+from psych_runtime.workflows.client._follow import RecordFollower
+
+_ASKED: dict[str, int] = {}
+"""Workflow id -> how many times its query handler ran (the runner is unsandboxed)."""
+
+
+@workflow.defn(name="StallingQuery")
+class StallingQuery:
+    @workflow.run
+    async def run(self, stalls: int) -> str:
+        self._stalls = stalls
+        return "done"
+
+    @workflow.query(name="state")
+    def state(self) -> str:
+        asked = _ASKED[workflow.info().workflow_id] = _ASKED.get(workflow.info().workflow_id, 0) + 1
+        if asked <= self._stalls:
+            time.sleep(2.5)  # past the SDK's 2 s bound: the worker fails the query
+        return f"answered on ask {asked}"
+
+
+@workflow.defn(name="StallingRecords")
+class StallingRecords:
+    """A Run's records query, as a follower asks it, that takes 2.5 s the first time."""
+
+    @workflow.run
+    async def run(self) -> str:
+        return "done"
+
+    @workflow.query(name="psych.records")
+    def records(self, query: RecordsQuery) -> RecordsPage:
+        asked = _ASKED[workflow.info().workflow_id] = _ASKED.get(workflow.info().workflow_id, 0) + 1
+        if asked == 1:
+            time.sleep(2.5)
+        return RecordsPage(records=(), last_seq=7, settled=True)
+
+
+async def ask_closed_run(dev_env: WorkflowEnvironment, stalls: int) -> tuple[Any, int]:
+    """Run ``StallingQuery`` to its end, then ``query_run`` its state; the answer (or the
+    error raised) and how many times the handler ran."""
+    task_queue = f"stalled-{uuid.uuid4().hex[:8]}"
+    workflow_id = f"stalled-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        dev_env.client,
+        task_queue=task_queue,
+        workflows=[StallingQuery],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle: WorkflowHandle[Any, Any] = await dev_env.client.start_workflow(
+            StallingQuery.run, stalls, id=workflow_id, task_queue=task_queue
+        )
+        assert await handle.result() == "done"
+        try:
+            answer: Any = await query_run(handle, workflow_id, "state", None, str)
+        except WorkflowQueryFailedError as err:
+            answer = err
+    return answer, _ASKED[workflow_id]
+
+
+async def test_a_query_the_worker_failed_as_stalled_is_asked_again(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    answer, asked = await ask_closed_run(dev_env, stalls=1)
+    assert (answer, asked) == ("answered on ask 2", 2)
+
+
+async def test_a_query_that_stalls_again_fails_saying_so(dev_env: WorkflowEnvironment) -> None:
+    failure, asked = await ask_closed_run(dev_env, stalls=5)
+    assert isinstance(failure, WorkflowQueryFailedError)
+    assert STALLED in failure.message and "deadlock" in failure.message
+    assert asked == 2
+
+
+async def test_a_followers_records_query_failed_as_stalled_is_asked_again(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    task_queue = f"stalled-{uuid.uuid4().hex[:8]}"
+    workflow_id = f"stalled-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        dev_env.client,
+        task_queue=task_queue,
+        workflows=[StallingRecords],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        handle = await dev_env.client.start_workflow(
+            StallingRecords.run, id=workflow_id, task_queue=task_queue
+        )
+        assert await handle.result() == "done"
+        follower = RecordFollower(dev_env.client, workflow_id)
+        assert await follower.head() == 7
+    assert (_ASKED[workflow_id], follower.queries) == (2, 2)
+
+
+@pytest.fixture(autouse=True)
+def _forget_asks() -> None:
+    _ASKED.clear()
