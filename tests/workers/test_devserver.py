@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from psych_runtime.specs import PsychError
 from psych_runtime.workers import _devserver, start_dev_server, start_time_skipping_server
@@ -33,6 +36,41 @@ async def test_a_metrics_port_serves_the_servers_own_counters() -> None:
         line.startswith("service_requests{") and 'operation="CountWorkflowExecutions"' in line
         for line in lines
     )
+
+
+async def test_each_task_queue_is_one_partition() -> None:
+    port = free_port()
+    env = await start_dev_server(metrics_port=port)
+    task_queue = f"one_{os.urandom(4).hex()}"  # metrics spell "-" as "_"
+    try:
+        async with Worker(
+            env.client,
+            task_queue=task_queue,
+            workflows=[Echo],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            await env.client.execute_workflow(
+                Echo.run, id=f"echo-{task_queue}", task_queue=task_queue
+            )
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        await env.shutdown()
+    partitions = {
+        match.group(1)
+        for line in response.text.splitlines()
+        if f'taskqueue="{task_queue}"' in line
+        and (match := re.search(r'partition="(\d+)"', line)) is not None
+    }
+    # Four by default: the queue loaded four times over, its tasks forwarded between them.
+    assert partitions == {"0"}
+
+
+@workflow.defn(name="Echo")
+class Echo:
+    @workflow.run
+    async def run(self) -> str:
+        return "echo"
 
 
 async def test_a_taken_metrics_port_is_refused_before_the_server_starts() -> None:
