@@ -66,6 +66,41 @@ async def test_each_task_queue_is_one_partition() -> None:
     assert partitions == {"0"}
 
 
+async def test_a_database_written_with_four_partitions_keeps_its_backlog(
+    tmp_path: Path,
+) -> None:
+    """``psych dev --db`` on a database an earlier psych wrote (the server's default of four
+    partitions): workflow tasks queued in any of them, with no worker, still run."""
+    db_file = str(tmp_path / "dev.db")
+    earlier = await WorkflowEnvironment.start_local(
+        namespace="default",
+        ip="127.0.0.1",
+        port=free_port(),
+        dev_server_existing_path=_devserver.temporal_binary(),
+        dev_server_database_filename=db_file,
+        dev_server_log_level="error",
+    )
+    ids = [f"queued-{n}" for n in range(8)]  # all in partition 0 by chance: 1 in 65,536
+    try:
+        for workflow_id in ids:
+            await earlier.client.start_workflow(Echo.run, id=workflow_id, task_queue="queued")
+    finally:
+        await earlier.shutdown()
+    env = await start_dev_server(db_file=db_file)
+    try:
+        async with Worker(
+            env.client,
+            task_queue="queued",
+            workflows=[Echo],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            async with asyncio.timeout(60):
+                results = [await env.client.get_workflow_handle(i).result() for i in ids]
+    finally:
+        await env.shutdown()
+    assert results == ["echo"] * len(ids)
+
+
 @workflow.defn(name="Echo")
 class Echo:
     @workflow.run
