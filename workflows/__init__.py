@@ -5,114 +5,250 @@ Run kernel; the record, state, query and report types are the workflow contract 
 on the wire); ``PsychClient`` publishes Specs and drives Runs of both kinds.
 """
 
-from psych_runtime.workflows.client._asked import (
-    HISTORY_LONG_POLL_TIMEOUT,
-    TEMPORAL_READ_TIMEOUT,
-    ClosedStateUnanswered,
-    HistoryNotRead,
-    TemporalCancelled,
-    TemporalUnanswered,
-    describe_within,
-    history_events,
-    read_mapped,
-    waited_out,
-)
-from psych_runtime.workflows.client._attempts import AttemptFailed, AttemptTimed
-from psych_runtime.workflows.client._call_inputs import TenantBlobs
-from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
-from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
-from psych_runtime.workflows.client._closed import ClosedRun
-from psych_runtime.workflows.client._follow_hub import UnknownPosition
-from psych_runtime.workflows.client._listing import RunPage, RunSummary, parse_workflow_id
-from psych_runtime.workflows.client._report_types import (
-    McpDiscoveryReport,
-    ModelCallReport,
-    RunReport,
-    StepReport,
-    SuspensionReport,
-    ToolCallReport,
-)
-from psych_runtime.workflows.client._unsettled import closed_without_settling
-from psych_runtime.workflows.client._update_wait import (
-    UPDATE_TIMEOUT,
-    UpdateEndedByTemporal,
-    UpdateUnanswered,
-)
-from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
-from psych_runtime.workflows.contract._contract import (
-    ABORT,
-    AGENT_RUN,
-    QUERY_KEPT_ACTION,
-    QUERY_RECORDS,
-    QUERY_STATE,
-    RESUME,
-    SEARCH_ATTRIBUTES,
-    STEER,
-    WORKFLOW_RUN,
-    AbortInput,
-    AgentRunInput,
-    ParentBounds,
-    RecordsPage,
-    RecordsQuery,
-    RefusalKind,
-    ResumeInput,
-    ResumeResult,
-    RunHandle,
-    RunInput,
-    RunResult,
-    RunState,
-    SteerInput,
-    WorkflowRunInput,
-    workflow_id_for,
-)
-from psych_runtime.workflows.contract._deltas import Delta, DeltasDropped, TokenDelta, ToolCallPiece
-from psych_runtime.workflows.contract._records import (
-    AbortRequested,
-    CallSuspensionReason,
-    ChildSettled,
-    ChildSpawned,
-    CompactionApplied,
-    CompactionFailed,
-    ComponentShown,
-    ContextProvided,
-    Displayed,
-    DisplayRecord,
-    McpDiscovered,
-    ModelCallFailed,
-    ModelCallFinished,
-    ModelCallStarted,
-    NextRunStarted,
-    PeerDiscovered,
-    PeerTaskCanceled,
-    Pending,
-    Record,
-    Resumed,
-    RunAdmitted,
-    RunContinued,
-    RunSettled,
-    RunStatus,
-    SteerReceived,
-    SteerRefused,
-    StepFinished,
-    StepStarted,
-    Suspended,
-    SuspensionExpired,
-    SuspensionReason,
-    TasksUpdated,
-    ToolCallFinished,
-    ToolCallStarted,
-    ToolWithheld,
-    Totals,
-    TurnStarted,
-    Undelivered,
-)
-from psych_runtime.workflows.contract._status import answer_cut_short
-from psych_runtime.workflows.features._spawn_compose import is_spawned
-from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
-from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_EXTERN
-from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
-from psych_runtime.workflows.runs._agent_run import AgentRun
-from psych_runtime.workflows.runs._workflow_run import WorkflowRun
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psych_runtime.workflows.client._asked import (
+        HISTORY_LONG_POLL_TIMEOUT,
+        TEMPORAL_READ_TIMEOUT,
+        ClosedStateUnanswered,
+        HistoryNotRead,
+        TemporalCancelled,
+        TemporalUnanswered,
+        describe_within,
+        history_events,
+        read_mapped,
+        waited_out,
+    )
+    from psych_runtime.workflows.client._attempts import AttemptFailed, AttemptTimed
+    from psych_runtime.workflows.client._call_inputs import TenantBlobs
+    from psych_runtime.workflows.client._client import DEFAULT_TASK_QUEUE, PsychClient
+    from psych_runtime.workflows.client._client_actions import IDEMPOTENCY_KEY_MAX
+    from psych_runtime.workflows.client._closed import ClosedRun
+    from psych_runtime.workflows.client._follow_hub import UnknownPosition
+    from psych_runtime.workflows.client._listing import RunPage, RunSummary, parse_workflow_id
+    from psych_runtime.workflows.client._report_types import (
+        McpDiscoveryReport,
+        ModelCallReport,
+        RunReport,
+        StepReport,
+        SuspensionReport,
+        ToolCallReport,
+    )
+    from psych_runtime.workflows.client._unsettled import closed_without_settling
+    from psych_runtime.workflows.client._update_wait import (
+        UPDATE_TIMEOUT,
+        UpdateEndedByTemporal,
+        UpdateUnanswered,
+    )
+    from psych_runtime.workflows.contract._carry import KeptAction, RunCarry, Segment
+    from psych_runtime.workflows.contract._contract import (
+        ABORT,
+        AGENT_RUN,
+        QUERY_KEPT_ACTION,
+        QUERY_RECORDS,
+        QUERY_STATE,
+        RESUME,
+        SEARCH_ATTRIBUTES,
+        STEER,
+        WORKFLOW_RUN,
+        AbortInput,
+        AgentRunInput,
+        ParentBounds,
+        RecordsPage,
+        RecordsQuery,
+        RefusalKind,
+        ResumeInput,
+        ResumeResult,
+        RunHandle,
+        RunInput,
+        RunResult,
+        RunState,
+        SteerInput,
+        WorkflowRunInput,
+        workflow_id_for,
+    )
+    from psych_runtime.workflows.contract._deltas import (
+        Delta,
+        DeltasDropped,
+        TokenDelta,
+        ToolCallPiece,
+    )
+    from psych_runtime.workflows.contract._records import (
+        AbortRequested,
+        CallSuspensionReason,
+        ChildSettled,
+        ChildSpawned,
+        CompactionApplied,
+        CompactionFailed,
+        ComponentShown,
+        ContextProvided,
+        Displayed,
+        DisplayRecord,
+        McpDiscovered,
+        ModelCallFailed,
+        ModelCallFinished,
+        ModelCallStarted,
+        NextRunStarted,
+        PeerDiscovered,
+        PeerTaskCanceled,
+        Pending,
+        Record,
+        Resumed,
+        RunAdmitted,
+        RunContinued,
+        RunSettled,
+        RunStatus,
+        SteerReceived,
+        SteerRefused,
+        StepFinished,
+        StepStarted,
+        Suspended,
+        SuspensionExpired,
+        SuspensionReason,
+        TasksUpdated,
+        ToolCallFinished,
+        ToolCallStarted,
+        ToolWithheld,
+        Totals,
+        TurnStarted,
+        Undelivered,
+    )
+    from psych_runtime.workflows.contract._status import answer_cut_short
+    from psych_runtime.workflows.features._spawn_compose import is_spawned
+    from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_EXTERN
+    from psych_runtime.workflows.kernel._model_lost import MODEL_LOST_EXTERN
+    from psych_runtime.workflows.kernel._tracing import TRACING_EXTERN
+    from psych_runtime.workflows.runs._agent_run import AgentRun
+    from psych_runtime.workflows.runs._workflow_run import WorkflowRun
+
+_HOMES = {
+    "ABORT": "psych_runtime.workflows.contract._contract",
+    "AGENT_RUN": "psych_runtime.workflows.contract._contract",
+    "AbortInput": "psych_runtime.workflows.contract._contract",
+    "AbortRequested": "psych_runtime.workflows.contract._records",
+    "AgentRun": "psych_runtime.workflows.runs._agent_run",
+    "AgentRunInput": "psych_runtime.workflows.contract._contract",
+    "AttemptFailed": "psych_runtime.workflows.client._attempts",
+    "AttemptTimed": "psych_runtime.workflows.client._attempts",
+    "CallSuspensionReason": "psych_runtime.workflows.contract._records",
+    "ChildSettled": "psych_runtime.workflows.contract._records",
+    "ChildSpawned": "psych_runtime.workflows.contract._records",
+    "ClosedRun": "psych_runtime.workflows.client._closed",
+    "ClosedStateUnanswered": "psych_runtime.workflows.client._asked",
+    "CompactionApplied": "psych_runtime.workflows.contract._records",
+    "CompactionFailed": "psych_runtime.workflows.contract._records",
+    "ComponentShown": "psych_runtime.workflows.contract._records",
+    "ContextProvided": "psych_runtime.workflows.contract._records",
+    "DEFAULT_TASK_QUEUE": "psych_runtime.workflows.client._client",
+    "Delta": "psych_runtime.workflows.contract._deltas",
+    "DeltasDropped": "psych_runtime.workflows.contract._deltas",
+    "DisplayRecord": "psych_runtime.workflows.contract._records",
+    "Displayed": "psych_runtime.workflows.contract._records",
+    "HISTORY_LONG_POLL_TIMEOUT": "psych_runtime.workflows.client._asked",
+    "HistoryNotRead": "psych_runtime.workflows.client._asked",
+    "IDEMPOTENCY_KEY_MAX": "psych_runtime.workflows.client._client_actions",
+    "KeptAction": "psych_runtime.workflows.contract._carry",
+    "MODEL_LOST_EXTERN": "psych_runtime.workflows.kernel._model_lost",
+    "McpDiscovered": "psych_runtime.workflows.contract._records",
+    "McpDiscoveryReport": "psych_runtime.workflows.client._report_types",
+    "ModelCallFailed": "psych_runtime.workflows.contract._records",
+    "ModelCallFinished": "psych_runtime.workflows.contract._records",
+    "ModelCallReport": "psych_runtime.workflows.client._report_types",
+    "ModelCallStarted": "psych_runtime.workflows.contract._records",
+    "NextRunStarted": "psych_runtime.workflows.contract._records",
+    "ParentBounds": "psych_runtime.workflows.contract._contract",
+    "PeerDiscovered": "psych_runtime.workflows.contract._records",
+    "PeerTaskCanceled": "psych_runtime.workflows.contract._records",
+    "Pending": "psych_runtime.workflows.contract._records",
+    "PsychClient": "psych_runtime.workflows.client._client",
+    "QUERY_KEPT_ACTION": "psych_runtime.workflows.contract._contract",
+    "QUERY_RECORDS": "psych_runtime.workflows.contract._contract",
+    "QUERY_STATE": "psych_runtime.workflows.contract._contract",
+    "RESUME": "psych_runtime.workflows.contract._contract",
+    "ROLES_APART_EXTERN": "psych_runtime.workflows.kernel._activity_calls",
+    "Record": "psych_runtime.workflows.contract._records",
+    "RecordsPage": "psych_runtime.workflows.contract._contract",
+    "RecordsQuery": "psych_runtime.workflows.contract._contract",
+    "RefusalKind": "psych_runtime.workflows.contract._contract",
+    "ResumeInput": "psych_runtime.workflows.contract._contract",
+    "ResumeResult": "psych_runtime.workflows.contract._contract",
+    "Resumed": "psych_runtime.workflows.contract._records",
+    "RunAdmitted": "psych_runtime.workflows.contract._records",
+    "RunCarry": "psych_runtime.workflows.contract._carry",
+    "RunContinued": "psych_runtime.workflows.contract._records",
+    "RunHandle": "psych_runtime.workflows.contract._contract",
+    "RunInput": "psych_runtime.workflows.contract._contract",
+    "RunPage": "psych_runtime.workflows.client._listing",
+    "RunReport": "psych_runtime.workflows.client._report_types",
+    "RunResult": "psych_runtime.workflows.contract._contract",
+    "RunSettled": "psych_runtime.workflows.contract._records",
+    "RunState": "psych_runtime.workflows.contract._contract",
+    "RunStatus": "psych_runtime.workflows.contract._records",
+    "RunSummary": "psych_runtime.workflows.client._listing",
+    "SEARCH_ATTRIBUTES": "psych_runtime.workflows.contract._contract",
+    "STEER": "psych_runtime.workflows.contract._contract",
+    "Segment": "psych_runtime.workflows.contract._carry",
+    "SteerInput": "psych_runtime.workflows.contract._contract",
+    "SteerReceived": "psych_runtime.workflows.contract._records",
+    "SteerRefused": "psych_runtime.workflows.contract._records",
+    "StepFinished": "psych_runtime.workflows.contract._records",
+    "StepReport": "psych_runtime.workflows.client._report_types",
+    "StepStarted": "psych_runtime.workflows.contract._records",
+    "Suspended": "psych_runtime.workflows.contract._records",
+    "SuspensionExpired": "psych_runtime.workflows.contract._records",
+    "SuspensionReason": "psych_runtime.workflows.contract._records",
+    "SuspensionReport": "psych_runtime.workflows.client._report_types",
+    "TEMPORAL_READ_TIMEOUT": "psych_runtime.workflows.client._asked",
+    "TRACING_EXTERN": "psych_runtime.workflows.kernel._tracing",
+    "TasksUpdated": "psych_runtime.workflows.contract._records",
+    "TemporalCancelled": "psych_runtime.workflows.client._asked",
+    "TemporalUnanswered": "psych_runtime.workflows.client._asked",
+    "TenantBlobs": "psych_runtime.workflows.client._call_inputs",
+    "TokenDelta": "psych_runtime.workflows.contract._deltas",
+    "ToolCallFinished": "psych_runtime.workflows.contract._records",
+    "ToolCallPiece": "psych_runtime.workflows.contract._deltas",
+    "ToolCallReport": "psych_runtime.workflows.client._report_types",
+    "ToolCallStarted": "psych_runtime.workflows.contract._records",
+    "ToolWithheld": "psych_runtime.workflows.contract._records",
+    "Totals": "psych_runtime.workflows.contract._records",
+    "TurnStarted": "psych_runtime.workflows.contract._records",
+    "UPDATE_TIMEOUT": "psych_runtime.workflows.client._update_wait",
+    "Undelivered": "psych_runtime.workflows.contract._records",
+    "UnknownPosition": "psych_runtime.workflows.client._follow_hub",
+    "UpdateEndedByTemporal": "psych_runtime.workflows.client._update_wait",
+    "UpdateUnanswered": "psych_runtime.workflows.client._update_wait",
+    "WORKFLOW_RUN": "psych_runtime.workflows.contract._contract",
+    "WorkflowRun": "psych_runtime.workflows.runs._workflow_run",
+    "WorkflowRunInput": "psych_runtime.workflows.contract._contract",
+    "answer_cut_short": "psych_runtime.workflows.contract._status",
+    "closed_without_settling": "psych_runtime.workflows.client._unsettled",
+    "describe_within": "psych_runtime.workflows.client._asked",
+    "history_events": "psych_runtime.workflows.client._asked",
+    "is_spawned": "psych_runtime.workflows.features._spawn_compose",
+    "parse_workflow_id": "psych_runtime.workflows.client._listing",
+    "read_mapped": "psych_runtime.workflows.client._asked",
+    "waited_out": "psych_runtime.workflows.client._asked",
+    "workflow_id_for": "psych_runtime.workflows.contract._contract",
+}
+"""Where each public name lives, imported on first use. The workflow sandbox (a worker with
+``WorkerSettings.workflow_sandbox``, the e2e tests' and the replay gate's) imports a Run's
+workflow module afresh for every Run, and with it this package: importing every name here
+made each Run's sandbox import the client, both Run kinds and every feature, 56 ms of CPU
+against 10 ms for what ``AgentRun``'s module itself needs
+(``tests/workflows/test_lazy_package.py``). The ``psych`` command's reads need the client
+alone."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: the next lookup does not come here
+    return value
+
 
 __all__ = [
     "ABORT",
