@@ -18,13 +18,13 @@ from psych_runtime.workers.cli._logging import ConsoleFormatter
 # tests start inherit it; tests/activities/test_egress.py judges the default without it.
 os.environ.setdefault("PSYCH_EGRESS_ALLOW", "127.0.0.0/8,::1/128,localhost")
 
+from tests.forking.client import stop_host
 from tests.mcp.fixture import (  # noqa: F401 (pytest finds fixtures by name)
     _mcp_http_process,
     _mcp_sse_process,
     mcp_http_server,
     mcp_sse_server,
 )
-from tests.mcp.forked import stop_host
 
 DEADLOCK_INTERRUPT = ("temporalio.worker._workflow", "_InterruptDeadlockError")
 """The exception the Temporal SDK raises in a workflow thread that has not yielded for 2 s."""
@@ -64,9 +64,9 @@ def _console_logging_undone() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _mcp_fork_host() -> Iterator[None]:
-    """Stops this process's fork host of MCP test servers (``tests.mcp.forked``), if a test
-    started one, with the session."""
+def _fork_host() -> Iterator[None]:
+    """Stops this process's fork host of MCP test servers and ``psych`` processes
+    (``tests.forking.client``), if a test started one, with the session."""
     yield
     stop_host()
 

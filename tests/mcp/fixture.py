@@ -23,7 +23,7 @@ from typing import IO, Any, Literal
 import httpx
 import pytest
 
-from tests.mcp.forked import ForkedProcess, spawn
+from tests.forking.client import ForkedProcess, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 Transport = Literal["streamable-http", "sse"]

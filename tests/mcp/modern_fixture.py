@@ -13,8 +13,8 @@ from typing import IO, Any, Literal
 
 import httpx
 
+from tests.forking.client import ForkedProcess, spawn
 from tests.mcp.fixture import STOP_TIMEOUT, _read_port, server_stderr, stop_process
-from tests.mcp.forked import ForkedProcess, spawn
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import httpx
 
+from tests.forking.client import ForkedProcess, spawn
 from tests.mcp.fixture import (
     START_TIMEOUT,
     STOP_TIMEOUT,
@@ -22,7 +23,6 @@ from tests.mcp.fixture import (
     server_stderr,
     stop_process,
 )
-from tests.mcp.forked import ForkedProcess, spawn
 
 
 @dataclass

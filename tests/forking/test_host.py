@@ -1,5 +1,5 @@
-"""The fork host of MCP test servers (``tests.mcp.forked``) as the fixtures rely on it: a
-server's status is its own process's, however the kernel hands out pids."""
+"""The fork host (``tests.forking``) as the fixtures rely on it: a server's status is its
+own process's, however the kernel hands out pids; a host killed takes its children."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from tests.mcp.forked import REPO
+from tests.forking.client import REPO
 
 # Run in a PID namespace of its own, where this script's processes are the only ones and
 # ``ns_last_pid`` says which pid the next fork takes: a server gets the pid of one killed
 # before, as it does on a busy machine once the pid counter wraps (pid_max, 32768 here).
 _REUSED = """
 import os, signal, tempfile
-from tests.mcp.forked import spawn, stop_host
+from tests.forking.client import spawn, stop_host
 
 log = tempfile.NamedTemporaryFile(prefix="mcp-forked-", suffix=".log")
 first = spawn("tests.mcp.server", ["--transport", "sse"], stderr=log)
@@ -60,7 +60,7 @@ def test_a_server_under_an_earlier_servers_pid_is_running_not_ended() -> None:
 # servers its other tests use).
 _HOST_KILLED = """
 import os, signal, time
-import tests.mcp.forked as forked
+import tests.forking.client as forked
 from tests.mcp.fixture import start_mcp_server
 
 def gone(pid):
@@ -106,6 +106,6 @@ def test_a_killed_host_takes_its_servers_with_it_and_says_so() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "gone",
-        "the MCP servers' fork host exited",
+        "the fork host exited",
         "again -15",
     ], done.stderr
