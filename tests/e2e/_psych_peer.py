@@ -29,6 +29,7 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers.serve import ApiKey, AuthSettings, ServeSettings, create_app
 from psych_runtime.workflows import PsychClient
+from tests.forking import aio
 
 from ._role_proc import spawn_role, stop
 from ._waiting import eventually
@@ -97,7 +98,7 @@ class Sides:
     base: str
     seen: SeenRequests
     caller: PsychClient
-    proc: asyncio.subprocess.Process
+    proc: aio.Process
     caller_start: tuple[str, str, Path, str]
     """(target, task queue, blob directory, model URL) the caller's workers start with."""
     env: Mapping[str, str]
@@ -148,7 +149,7 @@ async def psych_sides(
         task_queue=caller_queue,
         registry=ToolRegistry(),
     )
-    proc: asyncio.subprocess.Process | None = None
+    proc: aio.Process | None = None
     sides: Sides | None = None
     try:
         async with harness.worker():

@@ -1,8 +1,10 @@
 """``psych worker --role ...`` in its own process, as an operator starts one per role.
 
-``spawn_role`` runs the real ``psych`` executable against the test's dev server, with the
-code tools of ``_worker_proc.REGISTRY``, the blob directory and the (fake) model endpoint
-given through the environment, and returns once it polls. The caller stops it by its pid
+``spawn_role`` runs ``python -m psych_runtime.workers.cli`` in the repository (forked from
+the fork host, ``tests.forking``: its own process, without a fresh interpreter's imports)
+against the test's dev server, with the code tools of ``_worker_proc.REGISTRY``, the blob
+directory and the (fake) model endpoint given through the environment, and returns once it
+polls. The caller stops it by its pid
 (``stop``: SIGTERM, or SIGKILL to crash it).
 """
 
@@ -15,9 +17,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.forking import aio
+
 from ._worker_proc import REPO
 
-PSYCH = str(Path(sys.executable).parent / "psych")
+PSYCH = (sys.executable, "-m", "psych_runtime.workers.cli")
 READY_PREFIX = "worker polling "
 
 
@@ -30,12 +34,11 @@ async def spawn_role(
     *,
     extra_args: tuple[str, ...] = (),
     extra_env: Mapping[str, str] | None = None,
-) -> asyncio.subprocess.Process:
+) -> aio.Process:
     """Start ``psych worker`` with ``roles`` on the fleet ``task_queue``; return once its
     "worker polling" line is printed (it polls then)."""
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
         "PSYCH_TOOLS": "tests.e2e._worker_proc:REGISTRY",
         "PSYCH_BLOB_DIR": str(blob_dir),
         "PSYCH_OUTAGE_SECONDS": "0",
@@ -43,12 +46,11 @@ async def spawn_role(
         "OPENAI_API_KEY": "test-key",
         **(extra_env or {}),
     }
-    args = [PSYCH, "worker", "--address", target, "--task-queue", task_queue]
+    args = [*PSYCH, "worker", "--address", target, "--task-queue", task_queue]
     for role in roles:
         args += ["--role", role]
-    proc = await asyncio.create_subprocess_exec(
-        *args, *extra_args, cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE
-    )
+    # The working directory is sys.path[0]: the tools' module imports from there.
+    proc = await aio.create_subprocess_exec(*args, *extra_args, cwd=REPO, env=env, stdout=aio.PIPE)
     said: list[str] = []
     try:
         assert proc.stdout is not None
@@ -64,7 +66,7 @@ async def spawn_role(
         raise
 
 
-async def stop(proc: asyncio.subprocess.Process, signum: int = signal.SIGTERM) -> None:
+async def stop(proc: aio.Child, signum: int = signal.SIGTERM) -> None:
     """Stop the worker (if it still runs) and wait for it."""
     if proc.returncode is None:
         os.kill(proc.pid, signum)

@@ -32,6 +32,7 @@ from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._runs import roles_apart_of
 from psych_runtime.workflows import PsychClient, RunStatus
 from psych_runtime.workflows.kernel._activity_calls import ROLES_APART_PATCH
+from tests.forking import aio
 
 from ._role_proc import spawn_role, stop
 from ._waiting import eventually
@@ -47,10 +48,10 @@ def order_agent() -> AgentBuilder:
 @contextlib.asynccontextmanager
 async def role_processes(
     client: Client, task_queue: str, home: Path, model_url: str, *groups: tuple[str, ...]
-) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+) -> AsyncIterator[list[aio.Process]]:
     """One ``psych worker`` process per group of roles, stopped on leaving."""
     target = client.service_client.config.target_host
-    procs: list[asyncio.subprocess.Process] = []
+    procs: list[aio.Process] = []
     try:
         for roles in groups:
             procs.append(await spawn_role(target, task_queue, roles, home / "blobs", model_url))

@@ -30,6 +30,7 @@ from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workflows import ChildSpawned, PsychClient, RunStatus
 from tests._s3_server import S3_ENV, S3Server, s3_server
+from tests.forking import aio
 
 from ._waiting import is_suspended, state_when
 from ._worker_proc import REGISTRY, REPO
@@ -48,8 +49,9 @@ async def s3() -> AsyncIterator[S3Server]:
         yield server
 
 
-async def start_worker(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    """``psych worker`` in ``home`` (made already) with ``env``; return once it polls.
+async def start_worker(home: Path, env: dict[str, str]) -> aio.Process:
+    """``psych worker`` in ``home`` (made already) with ``env``, forked from the fork host
+    (``tests.forking``); return once it polls.
 
     Its output goes to ``home/worker.log`` (a pipe nobody reads while the test waits
     could fill up and stall the worker).
@@ -57,13 +59,13 @@ async def start_worker(home: Path, env: dict[str, str]) -> asyncio.subprocess.Pr
     psych = Path(sys.executable).parent / "psych"
     log = home / "worker.log"
     with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await aio.create_subprocess_exec(
             str(psych),
             "worker",
             cwd=home,
             env={**env, "HOME": str(home)},
             stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
+            stderr=aio.STDOUT,
         )
     try:
         for _ in range(STARTS_WITHIN * 5):
@@ -78,7 +80,7 @@ async def start_worker(home: Path, env: dict[str, str]) -> asyncio.subprocess.Pr
         raise
 
 
-async def stop_worker(proc: asyncio.subprocess.Process) -> None:
+async def stop_worker(proc: aio.Process) -> None:
     """SIGTERM the worker (SIGKILL after 30 s) and reap it."""
     if proc.returncode is None:
         os.kill(proc.pid, signal.SIGTERM)
@@ -95,8 +97,10 @@ def fleet_env(
     """The environment of a `psych worker` of a fleet whose blobs are in ``blob_url``."""
     return {
         "PATH": os.environ["PATH"],
-        # Where the test process imports psych from, the workers do too.
-        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+        # The test process's interpreter settings (where it imports psych from, its
+        # locale, PYTHON*): the workers start as it did (and fork, not execute: see
+        # tests/forking/_host.py).
+        **{k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_")) or k == "LANG"},
         **S3_ENV,
         "PSYCH_BLOB_URL": blob_url,
         "PSYCH_TOOLS": f"{REPO / 'tests' / 'e2e' / '_worker_proc.py'}:REGISTRY",
@@ -138,7 +142,7 @@ async def test_a_run_completes_across_two_workers_that_share_only_an_s3_bucket(
         for home in ("worker-a", "worker-b"):
             (tmp_path / home).mkdir()
         first = await start_worker(tmp_path / "worker-a", env)
-        second: asyncio.subprocess.Process | None = None
+        second: aio.Process | None = None
         try:
             run = await client.dispatch(spec, "Where is order 42?", scope=SCOPE)
             state = await state_when(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +22,8 @@ from psych_runtime.testing import FakeModel
 from psych_runtime.workers._loading import load_object
 from psych_runtime.workers._worker import WorkerSettings, run_worker
 from psych_runtime.workers.cli import main
+from tests.forking import aio
+from tests.forking.client import SIGINT_IGNORED as SIGINT_IGNORED  # for this folder's tests
 
 from ..e2e._http_server import CountingServer
 
@@ -160,24 +161,14 @@ async def read_until(stream: asyncio.StreamReader, marker: str) -> str:
                 return "".join(seen)
 
 
-async def spawn(
-    argv: Sequence[str], env: Mapping[str, str], cwd: Path
-) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
+async def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> aio.Process:
+    """Start ``psych`` (``python -m psych_runtime.workers.cli`` or the console script),
+    forked from this process's fork host (``tests.forking``): the command's own process,
+    without the second of CPU a fresh interpreter spends importing the worker stack."""
+    return await aio.create_subprocess_exec(
         *argv,
         env=dict(env),
         cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdout=aio.PIPE,
+        stderr=aio.PIPE,
     )
-
-
-SIGINT_IGNORED = (
-    sys.executable,
-    "-c",
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
-)
-"""Prefix of a ``python ARGS...`` command line that runs it with SIGINT ignored from its
-start, as a non-interactive shell starts a background job (``psych serve &`` in a script):
-the disposition is inherited across exec, so Python installs no handler of its own."""

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import re
 import sys
 import uuid
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +19,10 @@ from psych_runtime.specs import AgentSpec, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._loading import load_spec_file
 from psych_runtime.workflows import PsychClient, RunHandle, RunStatus
+from tests.forking import aio
 
 from .conftest import Cli, psych
 
-FORKSERVER = Path(__file__).with_name("_forkserver.py")
 PSYCH_SCRIPT = Path(sys.executable).with_name("psych")
 # The exit race it guards against aborted about one run in four (dc48411): 4 x 10 forked
 # commands miss it with odds near 0.75**40, 1e-5; 4 x 50 took a minute and a half of the
@@ -99,21 +97,26 @@ async def listed(
     raise AssertionError(f"visibility never showed {count} Runs:\n{out}")
 
 
-async def forked(commands: list[list[str]], output: Path, parallel: int) -> list[dict[str, Any]]:
-    """Run each command as its own ``psych`` process (see ``_forkserver``)."""
-    (entry,) = [ep.value for ep in entry_points(group="console_scripts") if ep.name == "psych"]
-    request = {"entry": entry, "commands": commands, "parallel": parallel, "output": str(output)}
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(FORKSERVER),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await child.communicate(json.dumps(request).encode())
-    assert child.returncode == 0, err.decode()
-    results: list[dict[str, Any]] = json.loads(out)
-    return results
+async def forked(commands: list[list[str]], parallel: int) -> list[dict[str, Any]]:
+    """Run each command as its own ``psych`` process, ``parallel`` at a time, forked from
+    the fork host (``tests.forking``) and run as the console script runs, its interpreter's
+    exit included (an abort there shows as its status, ``-6`` for SIGABRT)."""
+    slots = asyncio.Semaphore(parallel)
+
+    async def one(argv: list[str]) -> dict[str, Any]:
+        async with slots:
+            child = await aio.create_subprocess_exec(
+                str(PSYCH_SCRIPT), *argv, stdout=aio.PIPE, stderr=aio.PIPE
+            )
+            out, err = await child.communicate()
+        return {
+            "argv": argv,
+            "status": child.returncode,
+            "stdout": out.decode(errors="replace"),
+            "stderr": err.decode(errors="replace"),
+        }
+
+    return list(await asyncio.gather(*(one(argv) for argv in commands)))
 
 
 @pytest.mark.timeout(240)
@@ -122,7 +125,6 @@ async def test_every_read_command_exits_0_every_time(
 ) -> None:
     who = tenant()
     scope = Scope(tenant=who)
-    (tmp_path / "forked").mkdir()
     ask_before_refunds(cli)
     async with cli.worker():
         (run,) = await suspended_runs(cli, scope, 1)
@@ -134,7 +136,7 @@ async def test_every_read_command_exits_0_every_time(
             ["list", *connection],
             ["list", "--suspended", *connection],
         ]
-        results = await forked(reads * TIMES, tmp_path / "forked", parallel=8)
+        results = await forked(reads * TIMES, parallel=8)
         # The installed executable itself too, a few times: the same exit path.
         real = [
             await asyncio.create_subprocess_exec(

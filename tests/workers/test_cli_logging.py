@@ -18,13 +18,15 @@ import pytest
 from psych_runtime.workers.cli._logging import SERVING, SHOWN
 from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._specs import STORE_LOGGERS
+from tests.forking import client as forking
 
 SPEC = "kind: agent\nname: notes\ninstructions: Take notes.\nmodel: {model: m}\n"
 REFUSED = "the local version store failed (ENOTDIR: Not a directory)"
 
 
 def _psych(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """``python -m psych_runtime.workers.cli ARGV`` (forked: ``tests.forking``)."""
+    return forking.run(
         [sys.executable, "-m", "psych_runtime.workers.cli", *argv],
         capture_output=True,
         text=True,

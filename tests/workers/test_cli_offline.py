@@ -17,6 +17,7 @@ import pytest
 
 from psych_runtime.workers.cli._scripted_model import fake_model
 from tests._ports import free_port
+from tests.forking import aio
 
 from .conftest import EXAMPLES, TOOLS_REF, Cli, read_until, spawn
 
@@ -42,20 +43,15 @@ def bare_env(**extra: str) -> dict[str, str]:
 
 
 async def run_psych(cwd: Path, *argv: str, **env: str) -> tuple[int, str, str]:
-    child = await asyncio.create_subprocess_exec(
-        PSYCH,
-        *argv,
-        env=bare_env(**env),
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    child = await aio.create_subprocess_exec(
+        PSYCH, *argv, env=bare_env(**env), cwd=cwd, stdout=aio.PIPE, stderr=aio.PIPE
     )
     out, err = await asyncio.wait_for(child.communicate(), 90)
     assert child.returncode is not None
     return child.returncode, out.decode(), err.decode()
 
 
-async def stop(child: asyncio.subprocess.Process) -> tuple[int, str, str]:
+async def stop(child: aio.Child) -> tuple[int, str, str]:
     child.send_signal(signal.SIGINT)
     out, err = await asyncio.wait_for(child.communicate(), 30)
     assert child.returncode is not None

@@ -13,6 +13,7 @@ from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers import SERVING_GC_THRESHOLDS
 from psych_runtime.workers._devserver import db_lock
 from tests._ports import free_port
+from tests.forking import aio
 
 from .conftest import TOOLS_REF, Cli, psych, read_until, spawn
 
@@ -26,7 +27,7 @@ def script_lookup(cli: Cli) -> None:
     )
 
 
-async def stop(child: asyncio.subprocess.Process, signum: int) -> tuple[int, str, str]:
+async def stop(child: aio.Child, signum: int) -> tuple[int, str, str]:
     child.send_signal(signum)
     # A child process starts (and stops) in a few seconds; on a machine loaded by a
     # whole parallel suite it has taken over 20.

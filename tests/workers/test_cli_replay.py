@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from psych_runtime.workers.cli import main
 from psych_runtime.workers.fleet import history_files, load_history, replay
 from psych_runtime.workers.fleet._replay import replayer as fleet_replayer
 from psych_runtime.workflows import AgentRun, PsychClient, WorkflowRun
+from tests.forking import client as forking
 
 from ._nondeterministic import TimerFirstAgentRun
 from .conftest import ROOT, psych
@@ -175,8 +175,9 @@ def test_a_file_that_is_not_a_history_is_one_line_naming_it(tmp_path: Path, name
     text, problem = NOT_HISTORIES[name]
     path = tmp_path / name
     path.write_text(text)
-    # The real executable, with a deadline: before the fix one of these hung for ever.
-    done = subprocess.run(
+    # The executable (forked: tests.forking), with a deadline: before the fix one of these
+    # hung for ever.
+    done = forking.run(
         [str(PSYCH_SCRIPT), "replay", str(PLAIN), str(path)],
         capture_output=True,
         text=True,

@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from tests._ports import free_port
+from tests.forking import aio
 
 from .conftest import SIGINT_IGNORED, read_until
 
@@ -68,25 +69,23 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-async def serving(
-    command: str, port: int, address: str, tmp_path: Path
-) -> asyncio.subprocess.Process:
+async def serving(command: str, port: int, address: str, tmp_path: Path) -> aio.Process:
     """``psych serve`` (its Versions under ``tmp_path``, one API key) or ``psych
     oauth-callback`` on 127.0.0.1:``port`` against Temporal at ``address``, as a
-    subprocess, its output piped."""
+    subprocess (forked: ``tests.forking``), its output piped."""
     argv = [command, "--listen", f"127.0.0.1:{port}", "--address", address]
     if command == "serve":
         argv += ["--store", str(tmp_path / "versions")]
     keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
-    return await asyncio.create_subprocess_exec(
+    return await aio.create_subprocess_exec(
         sys.executable,
         "-m",
         "psych_runtime.workers.cli",
         *argv,
         env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdin=aio.DEVNULL,
+        stdout=aio.PIPE,
+        stderr=aio.PIPE,
     )
 
 
@@ -95,8 +94,10 @@ async def _served(
 ) -> str:
     """Start the command, wait for ``ready`` on its stderr (None: for nothing printed; a
     request waits for ``port`` to listen), send ``port`` a request that is not HTTP (when
-    given), stop it by SIGTERM; its whole stderr."""
-    child = await asyncio.create_subprocess_exec(
+    given), stop it by SIGTERM; its whole stderr. ``python -m`` is forked
+    (``tests.forking``), ``python -c`` executed."""
+    start = aio.create_subprocess_exec if python[0] == "-m" else asyncio.create_subprocess_exec
+    child: aio.Child = await start(
         sys.executable,
         *python,
         *argv,
@@ -122,7 +123,7 @@ async def _served(
     return seen + err.decode()
 
 
-async def _not_http(child: asyncio.subprocess.Process, port: int) -> None:
+async def _not_http(child: aio.Child, port: int) -> None:
     """Send ``port`` a request that is not HTTP, once ``child`` listens there (at once after
     its ready line, which is printed once it listens; with ``--quiet`` none is, so its port
     is tried until it answers), and read uvicorn's answer (400, sent once it has logged).
@@ -147,7 +148,7 @@ async def _not_http(child: asyncio.subprocess.Process, port: int) -> None:
 
 
 async def _connected(
-    child: asyncio.subprocess.Process, port: int
+    child: aio.Child, port: int
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to ``port`` once ``child`` listens there; ``child`` exiting first fails
     with its stderr."""
@@ -240,12 +241,12 @@ async def test_the_codec_server_logs_where_it_listens_and_each_refusal(tmp_path:
     port = free_port()
     argv = ["codec-server", "--port", str(port), "--keys", str(tmp_path / "keys.json")]
     argv += ["--tenant", "acme", "--origin", "http://localhost:8233"]
-    child = await asyncio.create_subprocess_exec(
+    child = await aio.create_subprocess_exec(
         *[sys.executable, "-m", "psych_runtime.workers.cli", *argv],
         env=_env(tmp_path, PSYCH_CODEC_TOKEN="codec-token-never-logged"),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+        stdin=aio.DEVNULL,
+        stdout=aio.DEVNULL,
+        stderr=aio.PIPE,
     )
     good = {"Authorization": "Bearer codec-token-never-logged"}
     try:
@@ -312,13 +313,13 @@ async def test_serve_stopped_by_sigint_says_it_was_interrupted(
     argv = ["serve", "--listen", f"127.0.0.1:{port}", "--address", address, "--quiet"]
     argv += ["--store", str(tmp_path / "versions")]
     keys = [{"sha256": hashlib.sha256(API_KEY.encode()).hexdigest(), "tenant": "acme"}]
-    child = await asyncio.create_subprocess_exec(
+    child = await aio.create_subprocess_exec(
         *launch,
         *["-m", "psych_runtime.workers.cli", *argv],
         env=_env(tmp_path, PSYCH_SERVE_API_KEYS=json.dumps(keys)),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdin=aio.DEVNULL,
+        stdout=aio.PIPE,
+        stderr=aio.PIPE,
     )
     try:
         async with asyncio.timeout(STARTING_SECONDS):

@@ -28,6 +28,7 @@ from psych_runtime.workers.cli import _runs
 from psych_runtime.workers.cli._parser import build_parser
 from psych_runtime.workers.cli._run_facts import QUERY_TIMEOUT
 from psych_runtime.workflows import PsychClient, RunHandle
+from tests.forking import aio
 
 from ..e2e._waiting import is_waiting, only_pending, state_when
 from .conftest import Cli, registry
@@ -37,20 +38,19 @@ PSYCH = str(Path(sys.executable).parent / "psych")
 
 
 async def psych_process(*argv: str) -> tuple[int, str, str, float]:
-    """Run the real ``psych`` executable; (status, stdout, stderr, seconds it took)."""
+    """Run the ``psych`` executable (forked: ``tests.forking``); (status, stdout, stderr,
+    seconds it took)."""
     started = time.monotonic()
-    child = await asyncio.create_subprocess_exec(
-        PSYCH, *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
+    child = await aio.create_subprocess_exec(PSYCH, *argv, stdout=aio.PIPE, stderr=aio.PIPE)
     out, err = await asyncio.wait_for(child.communicate(), 60)
     assert child.returncode is not None
     return child.returncode, out.decode(), err.decode(), time.monotonic() - started
 
 
 async def startup_seconds(cli: Cli, workflow_id: str) -> float:
-    """How long ``psych status`` takes here now before its first RPC: starting, importing
-    the command (about 2 s idle, several on a loaded 2-core machine) and connecting, which
-    is not what is bounded. Asked as another tenant, the command is refused right there.
+    """How long ``psych status`` takes here now before its first RPC: starting (forked, its
+    imports done; seconds on a loaded 2-core machine all the same) and connecting, which is
+    not what is bounded. Asked as another tenant, the command is refused right there.
     (``psych --help`` imports no command, so it does not measure this.)"""
     status, _, err, seconds = await psych_process(
         "status", *cli.args(workflow_id, tenant="someone_else")
