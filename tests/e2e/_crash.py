@@ -9,7 +9,6 @@ test process, which finishes the Runs.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -26,6 +25,7 @@ from psych_runtime.activities.model import Endpoint, ModelEndpoints
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.workers import WorkerSettings, run_worker
 from psych_runtime.workflows import PsychClient
+from tests.forking import aio
 
 from ._waiting import eventually
 from ._worker_proc import REGISTRY, oauth_settings, spawn
@@ -44,7 +44,7 @@ class DoomedWorker:
     task_queue: str
     blob_dir: Path
     model_base_url: str
-    proc: asyncio.subprocess.Process
+    proc: aio.Process
 
     async def kill_when(self, in_flight: Callable[[], bool]) -> float:
         """SIGKILL the process once ``in_flight()`` holds; the monotonic time it died.

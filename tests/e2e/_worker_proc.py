@@ -26,6 +26,7 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
+from tests.forking import aio
 
 READY = "ready"
 REPO = Path(__file__).resolve().parents[2]
@@ -122,14 +123,13 @@ async def main(target: str, task_queue: str, blob_dir: str, model_base_url: str)
         await asyncio.Event().wait()
 
 
-async def spawn(
-    target: str, task_queue: str, blob_dir: Path, model_base_url: str
-) -> asyncio.subprocess.Process:
-    """Start this worker in a child process; return once it polls.
+async def spawn(target: str, task_queue: str, blob_dir: Path, model_base_url: str) -> aio.Process:
+    """Start this worker in a child process (forked from the fork host, ``tests.forking``:
+    its own process, without a fresh interpreter's imports); return once it polls.
 
     The caller kills it by its pid (``os.kill(proc.pid, SIGKILL)``) when done.
     """
-    proc = await asyncio.create_subprocess_exec(
+    proc = await aio.create_subprocess_exec(
         sys.executable,
         "-m",
         __name__,
@@ -138,7 +138,7 @@ async def spawn(
         str(blob_dir),
         model_base_url,
         cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=aio.PIPE,
     )
     try:
         assert proc.stdout is not None

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from psych_runtime.workers.cli import main
+from tests.forking import client as forking
 from tests.mcp.fixture import McpTestServer, start_mcp_server
 
 SECRET = "bearer-value-for-the-check"
@@ -312,7 +313,7 @@ def test_a_check_prints_each_refusal_once_and_every_line_about_the_file(
     )
     env = {**os.environ, "PSYCH_EGRESS_ALLOW": "", "XDG_CONFIG_HOME": str(tmp_path)}
     argv = ["validate", str(file), "--check-connections"]
-    done = subprocess.run(
+    done = forking.run(  # forked (tests.forking)
         [sys.executable, "-m", "psych_runtime.workers.cli", *argv],
         capture_output=True,
         text=True,

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from psych_runtime.activities.mcp._told import ForServer
 from psych_runtime.activities.tokens import LocalTokenStore, TokenKey
 from psych_runtime.specs import McpOAuth, McpServer, Scope
 from psych_runtime.workers.cli import main
+from tests.forking import client as forking
 from tests.mcp.oauth_fixture import OAuthMcpServer, start_oauth_server
 
 CLIENT = "psych-agent"
@@ -252,7 +252,7 @@ def test_a_record_logged_during_a_check_is_printed_once(
     }
     file = spec_file(tmp_path, consent_server)
     argv = ["validate", str(file), "--check-connections", "--tenant", "acme"]
-    done = subprocess.run(
+    done = forking.run(  # forked (tests.forking)
         [sys.executable, "-m", "psych_runtime.workers.cli", *argv, *["--verbose"] * verbose],
         capture_output=True,
         text=True,

@@ -22,6 +22,7 @@ from temporalio.converter import WorkflowSerializationContext
 from psych_runtime.specs import SpecError
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from psych_runtime.workers.codec._server import CodecServer
+from tests.forking import aio
 
 UI = "http://localhost:8233"
 TOKEN = "t0ken-for-tests"
@@ -171,7 +172,7 @@ async def test_the_psych_codec_server_command_serves_until_sigterm(tmp_path: Pat
     (tmp_path / "keys.json").write_text(json.dumps(keys))
     env = {**os.environ, "PSYCH_CODEC_KEY_FILE": str(tmp_path / "keys.json")}
     env["PSYCH_CODEC_TOKEN"] = TOKEN
-    child = await asyncio.create_subprocess_exec(
+    child = await aio.create_subprocess_exec(  # forked (tests.forking)
         sys.executable,
         "-m",
         "psych_runtime.workers.cli",
@@ -183,8 +184,8 @@ async def test_the_psych_codec_server_command_serves_until_sigterm(tmp_path: Pat
         "--origin",
         UI,
         env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdout=aio.PIPE,
+        stderr=aio.PIPE,
     )
     try:
         assert child.stderr is not None
