@@ -18,6 +18,7 @@ from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import Scope
 from psych_runtime.workers import connect
 from psych_runtime.workflows import PsychClient
+from tests.forking import aio
 
 READY = "ready"
 REPO = Path(__file__).resolve().parents[2]
@@ -36,18 +37,19 @@ async def main(target: str, task_queue: str) -> None:
         print(item.model_dump_json(), flush=True)
 
 
-async def spawn_follower(target: str, task_queue: str) -> asyncio.subprocess.Process:
-    """Start a follower process; return once it is connected (give it the workflow id on
-    its standard input, then read its standard output to the end)."""
-    proc = await asyncio.create_subprocess_exec(
+async def spawn_follower(target: str, task_queue: str) -> aio.Process:
+    """Start a follower process (forked from the fork host, ``tests.forking``); return once
+    it is connected (give it the workflow id on its standard input, then read its standard
+    output to the end)."""
+    proc = await aio.create_subprocess_exec(
         sys.executable,
         "-m",
         __name__,
         target,
         task_queue,
         cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
+        stdin=aio.PIPE,
+        stdout=aio.PIPE,
     )
     try:
         assert proc.stdout is not None

@@ -28,6 +28,7 @@ from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import FAST_DISPATCH_ARGS, PsychPlugin, free_port, temporal_binary
 from psych_runtime.workers.cli import main
 from psych_runtime.workflows import SEARCH_ATTRIBUTES, PsychClient, RunHandle, RunStatus
+from tests.forking import aio
 
 from ._build_b import BUILD_B_MARKER
 from ._waiting import eventually, is_suspended, state_when
@@ -39,10 +40,11 @@ SCOPE = Scope(tenant="acme", principal="tester")
 @contextlib.asynccontextmanager
 async def versioned_worker(
     client: Client, task_queue: str, home: Path, model_url: str, deployment: str, build: str
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A worker process of ``build`` (``b`` runs the changed AgentRun), stopped on leaving."""
+) -> AsyncIterator[aio.Process]:
+    """A worker process of ``build`` (``b`` runs the changed AgentRun), stopped on leaving;
+    forked from the fork host (``tests.forking``)."""
     target = client.service_client.config.target_host
-    proc = await asyncio.create_subprocess_exec(
+    proc = await aio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.e2e._versioned_worker",
@@ -54,7 +56,7 @@ async def versioned_worker(
         build,
         build,
         cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=aio.PIPE,
     )
     try:
         assert proc.stdout is not None

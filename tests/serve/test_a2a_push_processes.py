@@ -25,6 +25,7 @@ from psych_runtime.activities.tokens import (
 from psych_runtime.workers import Key, Keyring, PsychCodec
 from psych_runtime.workers.serve.a2a import PushStore
 from tests._s3_server import S3_ENV, S3Server, s3_server
+from tests.forking import aio
 
 pytestmark = pytest.mark.long
 
@@ -42,10 +43,11 @@ async def s3() -> AsyncIterator[S3Server]:
 
 
 async def _race(medium: str, where: str, tmp_path: Path, env: dict[str, str]) -> None:
-    """Run the writers at once; each must exit 0."""
+    """Run the writers at once (forked from the fork host, ``tests.forking``); each must
+    exit 0."""
     go = tmp_path / "go"
     writers = [
-        await asyncio.create_subprocess_exec(
+        await aio.create_subprocess_exec(
             sys.executable,
             "-m",
             "tests.serve._push_writers",
@@ -56,11 +58,11 @@ async def _race(medium: str, where: str, tmp_path: Path, env: dict[str, str]) ->
             str(go),
             cwd=ROOT,
             env={**os.environ, **env},
-            stderr=asyncio.subprocess.PIPE,
+            stderr=aio.PIPE,
         )
         for n in range(PROCESSES)
     ]
-    await asyncio.sleep(1.0)  # the interpreters start and import before the gun
+    await asyncio.sleep(1.0)  # they start (and, executed, import) before the gun
     go.touch()
     for writer in writers:
         _, err = await asyncio.wait_for(writer.communicate(), timeout=120)
