@@ -25,6 +25,7 @@ from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 from tests._upstream import Answer, Request, Upstream
+from tests.forking import aio
 
 from ._waiting import eventually
 from ._worker_proc import READY, REPO, lookup_order
@@ -87,7 +88,8 @@ async def test_otel_env_exports_a_runs_spans_and_metrics_over_otlp_http(
         "OTEL_METRIC_EXPORT_INTERVAL": "200",
     }
     env.pop("OTEL_SERVICE_NAME", None)
-    proc = await asyncio.create_subprocess_exec(
+    # Forked (tests.forking): the OTEL_* variables are read when telemetry is set up, after.
+    proc = await aio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.e2e._worker_proc",
@@ -97,7 +99,7 @@ async def test_otel_env_exports_a_runs_spans_and_metrics_over_otlp_http(
         harness.fake.base_url,
         cwd=REPO,
         env=env,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=aio.PIPE,
     )
     try:
         assert proc.stdout is not None
