@@ -40,6 +40,9 @@ SIGINT_IGNORED = (
 start, as a non-interactive shell starts a background job (``psych serve &`` in a script):
 the disposition is inherited across exec, so Python installs no handler of its own."""
 _STATUS_RETRY_SECONDS = 0.01
+_HOST_ENV = dict(os.environ)
+"""The host's environment: this process's as it started, not as a test that happens to
+start the host has patched it (a PYTHONPATH set then would have every child executed)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class _Host:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.forking._host", str(theirs.fileno()), *preload],
             cwd=REPO,
+            env=_HOST_ENV,
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

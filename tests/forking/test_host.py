@@ -3,6 +3,7 @@ own process's, however the kernel hands out pids; a host killed takes its childr
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -109,3 +110,37 @@ def test_a_killed_host_takes_its_servers_with_it_and_says_so() -> None:
         "the fork host exited",
         "again -15",
     ], done.stderr
+
+
+# In a process of its own, whose host is started while a variable is patched.
+_PATCHED = """
+import json, os, sys
+import tests.forking.client as forking
+
+unpatched = dict(os.environ)
+os.environ["PYTHONPATH"] = "/patched-by-a-test"
+done = forking.run(
+    [sys.executable, "-m", "tests.forking.probe", "info"],
+    env=unpatched,
+    capture_output=True,
+    cwd=forking.REPO,
+)
+forking.stop_host()
+print(json.loads(done.stdout)["forked"])
+"""
+
+
+def test_a_host_started_while_a_test_patched_the_environment_still_forks() -> None:
+    # The host took the environment of the moment: a PYTHONPATH a test had set then
+    # made every later child, without it, be executed instead of forked.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PATCHED],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True"], done.stderr
