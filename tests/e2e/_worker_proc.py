@@ -16,7 +16,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psych_runtime.activities import McpSettings
 from psych_runtime.activities.blobs import LocalBlobStore
@@ -26,7 +26,9 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.activities.versions import FileVersionStore
 from psych_runtime.specs import ToolRegistry
 from psych_runtime.workers import WorkerSettings, connect, run_worker
-from tests.forking import aio
+
+if TYPE_CHECKING:
+    from tests.forking import aio
 
 READY = "ready"
 REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +131,10 @@ async def spawn(target: str, task_queue: str, blob_dir: Path, model_base_url: st
 
     The caller kills it by its pid (``os.kill(proc.pid, SIGKILL)``) when done.
     """
+    # Here, not at the top: a ``psych worker`` loads this file as its tools
+    # (tests/e2e/test_s3_fleet.py), where ``tests`` is no package on its path.
+    from tests.forking import aio
+
     proc = await aio.create_subprocess_exec(
         sys.executable,
         "-m",
