@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
+import sqlite3
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,98 @@ class Echo:
     @workflow.run
     async def run(self) -> str:
         return "echo"
+
+
+def test_only_a_server_whose_state_starts_empty_reads_one_partition(tmp_path: Path) -> None:
+    database = tmp_path / "temporal.db"
+    assert _devserver.partition_args(None) == _devserver.ONE_PARTITION_ARGS
+    assert _devserver.partition_args(str(database)) == _devserver.ONE_PARTITION_ARGS
+    database.write_bytes(b"")
+    assert _devserver.partition_args(str(database)) == _devserver.ONE_WRITE_PARTITION_ARGS
+
+
+_OLD_SERVER_ARGS = [
+    # The history service deletes the transfer tasks it handed to matching each second (30 s
+    # by default): a restart must not hand the same tasks to matching again (it would
+    # write them to partition 0, hiding the backlog the test is about).
+    "--dynamic-config-value",
+    'history.transferProcessorUpdateAckInterval="1s"',
+]
+
+
+def _scraped(text: str, family: str, operation: str) -> int:
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith(family + "{") and f'operation="{operation}"' in line
+    )
+
+
+async def _backlog_in_four_partitions(database: Path, task_queue: str, ids: list[str]) -> None:
+    """Runs started on ``task_queue`` of a server of the default 4 partitions with no
+    worker, the server stopped once nothing but its task queues' backlog holds them."""
+    for attempt in range(5):
+        metrics = free_port()
+        env = await WorkflowEnvironment.start_local(
+            ip="127.0.0.1",
+            port=free_port(),
+            dev_server_existing_path=_devserver.temporal_binary(),
+            dev_server_database_filename=str(database),
+            dev_server_log_level="error",
+            dev_server_extra_args=[*_OLD_SERVER_ARGS, "--metrics-port", str(metrics)],
+        )
+        try:
+            if attempt == 0:
+                for workflow_id in ids:
+                    await env.client.start_workflow(Echo.run, id=workflow_id, task_queue=task_queue)
+            async with httpx.AsyncClient() as http:
+                for _ in range(600):  # its tasks handed over, then deleted once
+                    text = (await http.get(f"http://127.0.0.1:{metrics}/metrics")).text
+                    if _scraped(text, "persistence_requests", "RangeCompleteTransferTasks"):
+                        break
+                    await asyncio.sleep(0.1)
+        finally:
+            await env.shutdown()
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+            pending = [row[0] for row in db.execute("SELECT data FROM transfer_tasks")]
+            backlog = [row[0] for row in db.execute("SELECT task_queue_id FROM tasks")]
+        if not any(workflow_id.encode() in data for data in pending for workflow_id in ids):
+            # Partitions 1-3 are /_sys/<queue>/<n>; 12 tasks all in partition 0: 4**-12.
+            assert any(f"/_sys/{task_queue}/".encode() in queue for queue in backlog)
+            return
+    raise AssertionError("the server kept its transfer tasks over five starts")
+
+
+async def test_a_database_made_with_four_partitions_dispatches_its_backlog(
+    tmp_path: Path,
+) -> None:
+    """A database a server of 4 partitions made (psych before it kept one, ``temporal
+    server start-dev``) holds in partitions 1-3 the tasks of Runs started while no worker
+    polled: psych's server on it dispatches them (one that read partition 0 only never
+    did: 2 to 4 of 12 Runs ran)."""
+    database = tmp_path / "temporal.db"
+    task_queue = f"backlog-{os.urandom(4).hex()}"
+    ids = [f"{task_queue}-{i}" for i in range(12)]
+    await _backlog_in_four_partitions(database, task_queue, ids)
+    env = await start_dev_server(db_file=str(database))
+    try:
+        async with Worker(
+            env.client,
+            task_queue=task_queue,
+            workflows=[Echo],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            results = [
+                asyncio.ensure_future(env.client.get_workflow_handle(workflow_id).result())
+                for workflow_id in ids
+            ]
+            done, waiting = await asyncio.wait(results, timeout=60)
+            for result in waiting:
+                result.cancel()
+            assert not waiting, f"{len(waiting)} of {len(ids)} Runs never dispatched"
+            assert [result.result() for result in done] == ["echo"] * len(ids)
+    finally:
+        await env.shutdown()
 
 
 async def test_a_taken_metrics_port_is_refused_before_the_server_starts() -> None:
