@@ -36,13 +36,15 @@ async def test_clients_made_after_the_first_build_no_tls_context(
     first.http("acme")
     await first.mcp_client("acme").aclose()
     built: list[tuple[Any, ...]] = []
-    real: Callable[..., ssl.SSLContext] = ssl.create_default_context
+    real: Callable[..., None] = ssl.SSLContext.load_verify_locations
 
-    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+    def counting(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
         built.append(args)
-        return real(*args, **kwargs)
+        real(context, *args, **kwargs)
 
-    monkeypatch.setattr(ssl, "create_default_context", counting)
+    # What building one costs: loading CA certificates. httpx's context is made by
+    # ssl.create_default_context, httpx2's (on Linux) by ssl.SSLContext: both load them so.
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
     # Another worker's port in the same process, every kind of client it makes.
     second = port_of_loopback()
     second.http("acme")
