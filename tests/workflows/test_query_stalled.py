@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -36,7 +37,9 @@ class StallingQuery:
     @workflow.query(name="state")
     def state(self) -> str:
         asked = _ASKED[workflow.info().workflow_id] = _ASKED.get(workflow.info().workflow_id, 0) + 1
-        if asked <= self._stalls:
+        if self._stalls < 0:
+            time.sleep(6)  # blocked in a call: the SDK cannot interrupt it
+        elif asked <= self._stalls:
             time.sleep(2.5)  # past the SDK's 2 s bound: the worker fails the query
         return f"answered on ask {asked}"
 
@@ -73,7 +76,9 @@ async def ask_closed_run(dev_env: WorkflowEnvironment, stalls: int) -> tuple[Any
         )
         assert await handle.result() == "done"
         try:
-            answer: Any = await query_run(handle, workflow_id, "state", None, str)
+            answer: Any = await query_run(
+                handle, workflow_id, "state", None, str, rpc_timeout=timedelta(seconds=4)
+            )
         except WorkflowQueryFailedError as err:
             answer = err
     return answer, _ASKED[workflow_id]
@@ -91,6 +96,17 @@ async def test_a_query_that_stalls_again_fails_saying_so(dev_env: WorkflowEnviro
     assert isinstance(failure, WorkflowQueryFailedError)
     assert STALLED in failure.message and "deadlock" in failure.message
     assert asked == 2
+
+
+async def test_a_query_blocked_in_a_call_fails_as_stalled_not_as_unanswered(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    # The first ask fails as stalled at 2 s; the worker's SDK waits for the blocked call
+    # before it lets go of the run (and a replay blocks again), so the second ask runs out
+    # its 4 s unanswered: the stall is what the caller is told, not a timeout.
+    failure, _ = await ask_closed_run(dev_env, stalls=-1)
+    assert isinstance(failure, WorkflowQueryFailedError)
+    assert STALLED in failure.message and "went unanswered" in failure.message
 
 
 async def test_a_followers_records_query_failed_as_stalled_is_asked_again(

@@ -87,13 +87,29 @@ async def _ask_past_a_stall(
     rpc_timeout: timedelta | None,
     reject_condition: QueryRejectCondition | None,
 ) -> Any:
-    """``_ask``, once more if the worker failed it as stalled (``STALLED``)."""
+    """``_ask``, once more if the worker failed it as stalled (``STALLED``).
+
+    Raises:
+        WorkflowQueryFailedError: the stall's, when the second ask went unanswered: workflow
+            code blocked in a call (a real deadlock) keeps the worker's SDK on that run,
+            retrying its eviction, and it answers no later query of it; the timeout alone
+            would read as "no worker".
+    """
     try:
         return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
     except WorkflowQueryFailedError as err:
         if STALLED not in err.message:
             raise
-    return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
+        stalled = err
+    try:
+        return await _ask(handle, name, arg, result_type, rpc_timeout, reject_condition)
+    except RPCError as err:
+        if err.status not in _UNANSWERED:
+            raise
+        raise WorkflowQueryFailedError(
+            f"{stalled.message} (asked again, it went unanswered: {err.message}; workflow "
+            "code blocked in a call keeps its worker from answering any query of the Run)"
+        ) from err
 
 
 async def _ask(
