@@ -160,7 +160,10 @@ async def _backlog_in_four_partitions(database: Path, task_queue: str, ids: list
                     await asyncio.sleep(0.1)
         finally:
             await env.shutdown()
-        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        # Read-write, as the next server opens it: the stopped server may leave a hot
+        # journal, which a read-only connection cannot roll back ("attempt to write a
+        # readonly database", a fresh-clone CI run).
+        with contextlib.closing(sqlite3.connect(database)) as db:
             pending = [row[0] for row in db.execute("SELECT data FROM transfer_tasks")]
             backlog = [row[0] for row in db.execute("SELECT task_queue_id FROM tasks")]
         if not any(workflow_id.encode() in data for data in pending for workflow_id in ids):
