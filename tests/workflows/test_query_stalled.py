@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +29,13 @@ _ASKED: dict[str, int] = {}
 """Workflow id -> how many times its query handler ran (the runner is unsandboxed)."""
 
 
+def _counted() -> int:
+    """Count one more run of this workflow's query handler; the count."""
+    workflow_id = workflow.info().workflow_id
+    _ASKED[workflow_id] = _ASKED.get(workflow_id, 0) + 1
+    return _ASKED[workflow_id]
+
+
 @workflow.defn(name="StallingQuery")
 class StallingQuery:
     @workflow.run
@@ -36,7 +45,7 @@ class StallingQuery:
 
     @workflow.query(name="state")
     def state(self) -> str:
-        asked = _ASKED[workflow.info().workflow_id] = _ASKED.get(workflow.info().workflow_id, 0) + 1
+        asked = _counted()
         if self._stalls < 0:
             time.sleep(6)  # blocked in a call: the SDK cannot interrupt it
         elif asked <= self._stalls:
@@ -54,34 +63,43 @@ class StallingRecords:
 
     @workflow.query(name="psych.records")
     def records(self, query: RecordsQuery) -> RecordsPage:
-        asked = _ASKED[workflow.info().workflow_id] = _ASKED.get(workflow.info().workflow_id, 0) + 1
+        asked = _counted()
         if asked == 1:
             time.sleep(2.5)
         return RecordsPage(records=(), last_seq=7, settled=True)
 
 
-async def ask_closed_run(dev_env: WorkflowEnvironment, stalls: int) -> tuple[Any, int]:
-    """Run ``StallingQuery`` to its end, then ``query_run`` its state; the answer (or the
-    error raised) and how many times the handler ran."""
+@asynccontextmanager
+async def closed_run(
+    dev_env: WorkflowEnvironment, workflow_class: type[Any], *args: Any
+) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """``workflow_class`` run to its end on a worker of its own (unsandboxed: the handlers
+    count in ``_ASKED`` and sleep), its handle given while the worker still runs."""
     task_queue = f"stalled-{uuid.uuid4().hex[:8]}"
-    workflow_id = f"stalled-{uuid.uuid4().hex[:8]}"
     async with Worker(
         dev_env.client,
         task_queue=task_queue,
-        workflows=[StallingQuery],
+        workflows=[workflow_class],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
         handle: WorkflowHandle[Any, Any] = await dev_env.client.start_workflow(
-            StallingQuery.run, stalls, id=workflow_id, task_queue=task_queue
+            workflow_class.run, *args, id=f"stalled-{uuid.uuid4().hex[:8]}", task_queue=task_queue
         )
         assert await handle.result() == "done"
+        yield handle
+
+
+async def ask_closed_run(dev_env: WorkflowEnvironment, stalls: int) -> tuple[Any, int]:
+    """Run ``StallingQuery`` to its end, then ``query_run`` its state; the answer (or the
+    error raised) and how many times the handler ran."""
+    async with closed_run(dev_env, StallingQuery, stalls) as handle:
         try:
             answer: Any = await query_run(
-                handle, workflow_id, "state", None, str, rpc_timeout=timedelta(seconds=4)
+                handle, handle.id, "state", None, str, rpc_timeout=timedelta(seconds=4)
             )
         except WorkflowQueryFailedError as err:
             answer = err
-    return answer, _ASKED[workflow_id]
+    return answer, _ASKED[handle.id]
 
 
 async def test_a_query_the_worker_failed_as_stalled_is_asked_again(
@@ -112,21 +130,10 @@ async def test_a_query_blocked_in_a_call_fails_as_stalled_not_as_unanswered(
 async def test_a_followers_records_query_failed_as_stalled_is_asked_again(
     dev_env: WorkflowEnvironment,
 ) -> None:
-    task_queue = f"stalled-{uuid.uuid4().hex[:8]}"
-    workflow_id = f"stalled-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        dev_env.client,
-        task_queue=task_queue,
-        workflows=[StallingRecords],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ):
-        handle = await dev_env.client.start_workflow(
-            StallingRecords.run, id=workflow_id, task_queue=task_queue
-        )
-        assert await handle.result() == "done"
-        follower = RecordFollower(dev_env.client, workflow_id)
+    async with closed_run(dev_env, StallingRecords) as handle:
+        follower = RecordFollower(dev_env.client, handle.id)
         assert await follower.head() == 7
-    assert (_ASKED[workflow_id], follower.queries) == (2, 2)
+    assert (_ASKED[handle.id], follower.queries) == (2, 2)
 
 
 @pytest.fixture(autouse=True)
