@@ -60,6 +60,33 @@ def subagent_depth_refusal(
     return depth_refusal(depth, child_chain(above, parent, child))
 
 
+def spawn_depth_problem(spec: AgentSpec, depth: int, chain: Sequence[DepthCap]) -> str | None:
+    """What is wrong with the ``spawn.max_depth`` of ``spec``, an agent at ``depth`` whose
+    chain (root first) ends with ``spec`` itself (None: nothing).
+
+    Its deepest spawned child runs at ``depth + max_depth`` and takes ``spec``'s limits, so
+    the runtime's ``spawn`` refuses it unless that depth is within every cap on the chain
+    (``depth_refusal``, the function it calls). At depth 0 that is ``max_depth`` within
+    the agent's own ``max_delegation_depth``; a subagent's envelope must also stay within
+    the caps above it (until 12-07 only its own was checked, and a subagent whose every
+    spawn the runtime refused was published).
+    """
+    envelope = spec.spawn
+    if envelope is None:
+        return None
+    own = spec.limits.max_delegation_depth
+    if envelope.max_depth > own:
+        return f"{envelope.max_depth} exceeds limits.max_delegation_depth ({own})"
+    reach = depth + envelope.max_depth
+    refusal = depth_refusal(reach, chain)
+    if refusal is None:
+        return None
+    return (
+        f"{envelope.max_depth} at delegation depth {depth} lets a spawned child reach depth "
+        f"{reach}, where spawn refuses it: {refusal}"
+    )
+
+
 def different_definition(what: Granted, name: str) -> str:
     """The problem of a child entry whose name the parent uses for another definition."""
     noun = _NOUNS[what]

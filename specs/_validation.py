@@ -43,6 +43,7 @@ from psych_runtime.specs._subagents import (
     different_definition,
     narrow_subagent,
     own_cap,
+    spawn_depth_problem,
     subagent_depth_refusal,
 )
 from psych_runtime.specs._tool_steps import tool_step_problems
@@ -401,14 +402,9 @@ def _validate_agent(
                 problems.append(Problem(f"{path}.tools", _spawn_tool_problem(spec, tool)))
         for index, model in enumerate(envelope.models):
             problems += _check_model(model, f"{path}.models[{index}]", context)
-        if envelope.max_depth > spec.limits.max_delegation_depth:
-            problems.append(
-                Problem(
-                    f"{path}.max_depth",
-                    f"{envelope.max_depth} exceeds limits.max_delegation_depth "
-                    f"({spec.limits.max_delegation_depth})",
-                )
-            )
+        too_deep = spawn_depth_problem(spec, depth, chain)
+        if too_deep is not None:
+            problems.append(Problem(f"{path}.max_depth", too_deep))
 
     above = chain[:-1]
     for sub in spec.subagents:

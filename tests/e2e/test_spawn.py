@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.activities.contract import VERSION_PUBLISH
-from psych_runtime.specs import AgentBuilder, AgentSpec, PsychError, Scope
+from psych_runtime.specs import AgentBuilder, AgentSpec, PsychError, Scope, ValidationFailed
 from psych_runtime.testing import FakeModel, Reply, ToolCall, Usage
 from psych_runtime.workers.console import describe_pending, format_record
 from psych_runtime.workflows import (
@@ -45,6 +45,7 @@ from ._crash import doomed_worker
 from ._waiting import eventually, state_when
 from ._worker_proc import REGISTRY
 from .conftest import Harness
+from .test_subagents import _unpublished as unpublished
 
 pytestmark = pytest.mark.e2e
 
@@ -266,7 +267,10 @@ async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
     harness: Harness,
 ) -> None:
     spec = lead_agent(harness).spawn(max_depth=1).build()
-    # A subagent at delegation depth 1 whose own cap is 1: its child would be depth 2.
+    # A subagent at delegation depth 1 whose own cap is 1: its child would be depth 2. The
+    # validator refuses that envelope (until 12-07 it did not, and every spawn of the
+    # published tree was refused at run time); a Version that skipped publishing is refused
+    # at run time with the same words.
     worker = (
         AgentBuilder("worker", registry=harness.registry)
         .model("fake-model")
@@ -299,7 +303,9 @@ async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
         result = await harness.client.result(run, scope=harness.scope)
         (spawned,) = of(await records(harness, run), ChildSpawned)
         child = await records(harness, spawned.run)
-        other = await harness.client.dispatch(delegating, "go", scope=harness.scope)
+        with pytest.raises(ValidationFailed) as failed:
+            await harness.client.dispatch(delegating, "go", scope=harness.scope)
+        other = await unpublished(harness, delegating, f"deep-{uuid.uuid4().hex[:8]}", "go")
         delegated = await harness.client.result(other, scope=harness.scope)
 
     assert result.status is RunStatus.COMPLETED
@@ -307,10 +313,12 @@ async def test_spawned_children_nest_only_to_max_depth_and_the_depth_chain(
     assert refused.status == "error"
     assert "spawn depth 2, beyond spawn.max_depth (1)" in refused.content
     assert of(child, ChildSpawned) == []
+    (problem,) = failed.value.problems
+    assert problem.path == "subagents[worker].spec.spawn.max_depth"
+    refusal = "delegation depth 2 exceeds max_delegation_depth 1 of agent 'worker'"
+    assert problem.message.endswith(f"where spawn refuses it: {refusal}")
     assert delegated.status is RunStatus.COMPLETED
-    assert "delegation depth 2 exceeds max_delegation_depth 1 of agent 'worker'" in (
-        delegated.answer or ""
-    )
+    assert f"not started: {refusal}" in (delegated.answer or "")
 
 
 async def test_a_spawned_childs_next_run_keeps_its_spawn_depth(harness: Harness) -> None:

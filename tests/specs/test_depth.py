@@ -19,6 +19,7 @@ from psych_runtime.specs import (
     Limits,
     McpServer,
     ModelRef,
+    SpawnEnvelope,
     SubagentRef,
     WorkflowSpec,
     depth_refusal,
@@ -225,3 +226,64 @@ def test_a_childs_a2a_peers_are_narrowed_to_the_parents_of_the_same_definition()
     assert [p.path for p in validate(spec) if "a2a_peers" in p.path] == [
         "subagents[c].spec.a2a_peers[travel]"
     ]
+
+
+def spawn_refusals(caps: list[int], max_depth: int) -> list[str]:
+    """What the runtime's ``spawn`` refuses for every spawn depth the envelope allows, of
+    the last agent of a delegation chain with ``caps`` (root first): a child at spawn depth
+    ``s`` runs at delegation depth ``len(caps) - 1 + s`` and takes its parent's limits, so
+    its chain is the parent's, the parent, then the parent's cap again
+    (``workflows/features/_spawn.py``)."""
+    chain = [(f"a{index}", cap) for index, cap in enumerate(caps)]
+    depth = len(caps) - 1
+    refused = []
+    for spawn_depth in range(1, max_depth + 1):
+        why = depth_refusal(depth + spawn_depth, [*chain, (chain[-1][0], caps[-1])])
+        if why is not None:
+            refused.append(why)
+    return refused
+
+
+def spawning_chain(caps: list[int], max_depth: int) -> AgentSpec:
+    """A chain of subagents with ``caps`` (root first) whose last agent spawns."""
+    last = len(caps) - 1
+    spec = agent(
+        f"a{last}",
+        spawn=SpawnEnvelope(max_depth=max_depth),
+        limits=Limits(max_delegation_depth=caps[last]),
+    )
+    for index in range(last - 1, -1, -1):
+        sub = SubagentRef(name=f"s{index + 1}", description="d" * 20, spec=spec)
+        spec = agent(f"a{index}", subagents=[sub], limits=Limits(max_delegation_depth=caps[index]))
+    return spec
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=4), st.integers(1, 5))
+def test_the_validator_refuses_a_spawn_envelope_the_runtime_would_refuse(
+    caps: list[int], max_depth: int
+) -> None:
+    spec = spawning_chain(caps, max_depth)
+    problems = validate(spec)
+    if any(not p.path.endswith("spawn.max_depth") for p in problems):
+        return  # the chain itself is refused: no spawn ever runs
+    spawn_path = "".join(f"subagents[s{i}].spec." for i in range(1, len(caps))) + "spawn.max_depth"
+    flagged = [p for p in problems if p.path == spawn_path]
+    assert bool(flagged) == bool(spawn_refusals(caps, max_depth)), (problems, caps, max_depth)
+
+
+def test_a_subagents_spawn_envelope_is_held_to_the_caps_above_it() -> None:
+    # The subagent's own cap (3) allows max_depth 3, but the root's (2) stops its spawns
+    # at depth 2: the runtime refused every spawn past that, with these words.
+    spec = spawning_chain([2, 3], 3)
+    (problem,) = validate(spec)
+    assert problem.path == "subagents[s1].spec.spawn.max_depth"
+    refused = spawn_refusals([2, 3], 3)
+    assert refused == [
+        f"delegation depth {depth} exceeds max_delegation_depth 2 of agent 'a0'" for depth in (3, 4)
+    ]
+    assert problem.message == (
+        "3 at delegation depth 1 lets a spawned child reach depth 4, where spawn refuses it: "
+        "delegation depth 4 exceeds max_delegation_depth 2 of agent 'a0'"
+    )
+    assert validate(spawning_chain([2, 3], 1)) == []
