@@ -214,6 +214,10 @@ PATCHES: dict[str, str] = {
     # answered every such call ok, the body whole. Asked only for such a call, as its
     # turn's calls start.
     "psych-load-skill-checked": "0.1.0",
+    # wait_children lets the spawn calls of its own turn start their children first
+    # (workflows/features/_spawn_collect.py); a Run recorded before answered "none is
+    # open" while they were starting. Asked only when such a spawn is still running.
+    "psych-wait-children-same-turn": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

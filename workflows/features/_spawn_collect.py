@@ -1,14 +1,15 @@
 """Collecting, steering and ending spawned children (the children ``_spawn.spawn`` started).
 
-``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``)
-until one or all of the named children have ended and returns their answers or typed
-endings (an answer the child's model cut at its output limit after ``cut_short`` saying so,
-since the patch ``psych-child-cut-answer-told``); ``message_child`` (only with
+``wait_children`` suspends the Run (reason ``children``, ``children_expires_seconds``) until
+one or all of the named children have ended (the ``spawn`` calls of its own turn start
+theirs first, since the patch ``psych-wait-children-same-turn``) and returns their answers
+or typed endings (an answer the child's model cut at its output limit after ``cut_short``
+saying so, since the patch ``psych-child-cut-answer-told``); ``message_child`` (only with
 ``may_message``) steers a live child through the contract's ``psych.steer`` signal;
 ``end_spawned`` runs as the Run settles (its workflow cancelled too, since the patch
-``psych-children-wind-down``) and ends the children still alive, so their endings and
-totals are recorded before ``run_settled``; a child that does not end in time is
-cancelled, and the Run's cost becomes unknown.
+``psych-children-wind-down``) and ends the children still alive, so their endings and totals
+are recorded before ``run_settled``; a child that does not end in time is cancelled, and the
+Run's cost becomes unknown.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ async def wait_children(
         return inline(call, "error", f"mode must be 'all' or 'any', not {mode!r}")
     if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
         return inline(call, "error", "children must be a list of child ids spawn returned")
+    await _spawns_of_the_turn(run, turn)
     open_ = [c.run for c in spawned.values() if c.state in ("running", "settled")]
     unknown = [n for n in named if n not in open_]
     if unknown:
@@ -139,6 +141,23 @@ async def wait_children(
             # of the Run, nor carried into each later execution's input.
             spawned[target] = child.model_copy(update={"state": "collected", "answer": None})
     return await answer_result(run, call, json.dumps(endings))
+
+
+async def _spawns_of_the_turn(run: RunView, turn: int) -> None:
+    """Wait until the ``spawn`` calls of ``turn``'s batch have started their children (or
+    been refused), so that ``wait_children`` in the turn that spawns waits for them.
+
+    The calls of a turn run together: a model that spawned two children and called
+    ``wait_children`` in one answer had the wait answered "no spawned child to wait for:
+    none is open" while both were being published, and its children went uncollected.
+    A Run recorded before the patch answered so; the patch is asked only when a spawn of
+    the turn is still running as ``wait_children`` starts, so no other Run records it.
+    """
+    running = [
+        task for call, task in run.batch_calls(turn) if call.name == "spawn" and not task.done()
+    ]
+    if running and workflow.patched("psych-wait-children-same-turn"):
+        await workflow.wait_condition(lambda: all(task.done() for task in running))
 
 
 # --- message_child -------------------------------------------------------------------------

@@ -198,6 +198,10 @@ class RunView(Protocol):
         """How many children the Run's features started (or are starting) in ``turn``:
         what ``max_fanout_per_turn`` caps."""
 
+    def batch_calls(self, turn: int) -> tuple[tuple[ToolCallRequest, asyncio.Task[Any]], ...]:
+        """The calls of ``turn`` running together now, each with its task, in call order
+        (none when no batch of ``turn`` runs)."""
+
 
 Handler = Callable[[int, ToolCallRequest, dict[str, Any]], Awaitable[ToolResult]]
 

@@ -21,6 +21,7 @@ was aborted or an expiry settles it while it waited (the last two since the patc
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
 
@@ -52,6 +53,11 @@ class ToolBatches(ToolCalls):
         self._suspensions.batch_open = lambda: sum(not t.done() for _, t in self._batch[1])
         self._queued: set[str] = set()
         """Ids of the calls waiting for the identical calls before them in their turn."""
+
+    def batch_calls(self, turn: int) -> tuple[tuple[ToolCallRequest, asyncio.Task[Any]], ...]:
+        """The running batch's calls with their tasks, when it is ``turn``'s."""
+        running, calls, _ = self._batch
+        return tuple(calls) if running == turn else ()
 
     def _batch_size(self) -> int:
         return len(self._batch[1])

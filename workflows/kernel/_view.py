@@ -172,6 +172,10 @@ class FeatureView(Handlers):
         """A running child's handle."""
         return self._children.get(workflow_id)
 
+    def batch_calls(self, turn: int) -> tuple[tuple[ToolCallRequest, asyncio.Task[Any]], ...]:
+        """The running batch's calls of ``turn`` with their tasks (``ToolBatches`` knows)."""
+        return ()
+
     def children_started(self, turn: int) -> int:
         """Children every feature started (or is starting) in ``turn``."""
         return sum(feature.children_started(turn) for feature in self._features)
