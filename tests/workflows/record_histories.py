@@ -827,6 +827,34 @@ async def question_answered(rig: Rig) -> RunHandle:
     return run
 
 
+async def question_answer_bounded_before_patch(rig: Rig) -> RunHandle:
+    """``ask_question`` answered with 1,800 bytes under ``large_result_bytes=1000``,
+    recorded before psych-answer-bounded: the answer is the call's result, whole."""
+    answer = "".join(f"Line {n:02d} of the log you asked for, as pasted.\n" for n in range(40))
+    spec = (
+        rig.agent("asker")
+        .suspension(may_ask_questions=True)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "The log?"})),
+        Reply.text("The log says the job ran."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Why did the job stop?", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.answer(run, pending.id, answer, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def question_answer_bounded(rig: Rig) -> RunHandle:
+    """The same, behind psych-answer-bounded: the answer stored (``psych.tool.store_result``)
+    and shown as a handle with a preview."""
+    return await question_answer_bounded_before_patch(rig)
+
+
 async def question_blank_signal_ignored(rig: Rig) -> RunHandle:
     # A psych.resume signal answers the question with blank text: ignored, its marker
     # recorded (patch psych-signal-blank-answer); then answered by the update.
@@ -3391,6 +3419,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     ("dev", load_skill_checked_before_patch),
     # ... and behind psych-load-skill-checked: errors, and the body stored (a handle)
     ("dev", load_skill_checked),
+    # Recorded before psych-answer-bounded (the old branch); never re-record it.
+    ("dev", question_answer_bounded_before_patch),
+    ("dev", question_answer_bounded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -218,6 +218,10 @@ PATCHES: dict[str, str] = {
     # (workflows/features/_spawn_collect.py); a Run recorded before answered "none is
     # open" while they were starting. Asked only when such a spawn is still running.
     "psych-wait-children-same-turn": "0.1.0",
+    # An ask_question answer over large_result_bytes is stored and shown as a handle with
+    # a preview (workflows/features/_questions.py); a Run recorded before showed it whole.
+    # Asked only for such an answer, as it arrives.
+    "psych-answer-bounded": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

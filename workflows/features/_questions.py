@@ -1,7 +1,11 @@
 """Questions: the ``ask_question`` built-in, offered when ``may_ask_questions``.
 
 The call suspends the Run (a ``question`` item) until a person answers through
-``psych.resume`` or ``question_expires_seconds`` pass; the answer is the call's result.
+``psych.resume`` or ``question_expires_seconds`` pass; the answer is the call's result,
+shown whole within ``large_result_bytes``, else stored by ``psych.tool.store_result`` and
+shown as a handle with a preview, as any tool's large result (since the patch
+``psych-answer-bounded``, asked only for such an answer: until 12-07 an answer of up to an
+update's 256 KB reached the model whole, whatever the bound).
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows.contract._records import SuspensionReason
     from psych_runtime.workflows.kernel._feature import Builtin, Feature
-    from psych_runtime.workflows.kernel._tool_result import ToolResult, inline
+    from psych_runtime.workflows.kernel._tool_result import (
+        ToolResult,
+        inline,
+        over_bound,
+        stored,
+    )
 
 ASK_QUESTION = ToolDefinition(
     name="ask_question",
@@ -63,4 +72,9 @@ class Questions(Feature):
             question=str(arguments.get("question", "")),
             arguments="",
         )
-        return inline(call, "ok", answer.answer or "")
+        text = answer.answer or ""
+        limit = self.run.limits.large_result_bytes
+        if over_bound(text, limit) and workflow.patched("psych-answer-bounded"):
+            summary = f"store the answer {call.name} {call.id} returns"
+            return await stored(call, text, limit, summary=summary)
+        return inline(call, "ok", text)
