@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import math
 import socket
+import ssl
 from datetime import UTC, datetime
 
 import httpx
@@ -110,7 +111,9 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
     endpoint only in the worker's log; a local disk's error, ``LocalStoreFailed``, alike:
     the errno's name and words, its path only in the log, transient unless it lasts: a
     read-only or unwritable directory). Everything else (other 4xx such as 401 and 403, a
-    host name that does not resolve, a response that is not a chat completion,
+    host name that does not resolve, a TLS certificate that does not verify (self-signed,
+    expired, another host's: it verifies no better on the next attempt), a response that
+    is not a chat completion,
     configuration errors, a blob of the call's input that cannot be read: missing, its
     seal refused or its bytes damaged, said by ref with ``unreadable_blob``, where the store
     is only in the worker's log: ``blob_words``) is not: repeating the call cannot help.
@@ -142,6 +145,15 @@ def classify(cause: httpx.Response | BaseException, *, model: str) -> ModelFailu
         # transient budget on it took minutes and hid the cause behind retries.
         transient = False
         text = f"cannot resolve {_host(cause)}: {unresolved.strerror or unresolved}"
+    elif (refused := _certificate_error(cause)) is not None:
+        # Lasting as a name that does not resolve: a certificate the worker's trust store
+        # refuses is refused again after every backoff, and the budget spent on it (a
+        # minute and a half by default) only delayed saying so.
+        transient = False
+        text = (
+            f"the TLS certificate of {_host(cause)} does not verify: "
+            f"{refused.verify_message or refused}"
+        )
     elif isinstance(cause, StreamIdle):
         text = str(cause)
     elif isinstance(cause, httpx.RemoteProtocolError):
@@ -212,6 +224,19 @@ def _name_resolution_error(err: BaseException) -> socket.gaierror | None:
     link: BaseException | None = err
     while link is not None:
         if isinstance(link, socket.gaierror):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _certificate_error(err: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind an httpx connect error, if that is what
+    it was (the handshake's: ``CERTIFICATE_VERIFY_FAILED``)."""
+    if not isinstance(err, httpx.ConnectError):
+        return None
+    link: BaseException | None = err
+    while link is not None:
+        if isinstance(link, ssl.SSLCertVerificationError):
             return link
         link = link.__cause__ or link.__context__
     return None
