@@ -222,6 +222,10 @@ PATCHES: dict[str, str] = {
     # a preview (workflows/features/_questions.py); a Run recorded before showed it whole.
     # Asked only for such an answer, as it arrives.
     "psych-answer-bounded": "0.1.0",
+    # A psych.resume signal answering a wait the Run's abort ended (its own, or a workflow's
+    # running step's), in the abort's own activation, is refused as the abort's
+    # (kernel/_handlers.py); a Run recorded before took it. Asked only for such an answer.
+    "psych-abort-ends-answers": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -158,6 +158,10 @@ class Handlers(RunBase):
 
     def _resume(self, input: ResumeInput) -> ResumeResult:
         item = self._check_resume(input)  # again: two updates may pass validation in one task
+        # A signal's answer the validator never saw (asked only then: a Run recorded before
+        # took it, and on replay takes it again).
+        if self._abort_ended(item) and workflow.patched("psych-abort-ends-answers"):
+            raise self._suspensions.abort_refusal(input.id)
         match input.reason:
             case SuspensionReason.APPROVAL:
                 outcome = "approved" if input.approved else "rejected"
@@ -202,10 +206,21 @@ class Handlers(RunBase):
         earlier = self._earlier(input)
         if earlier is None or earlier.answer is None:
             pending = self._check_resume(input)
+            if self._abort_ended(pending):
+                raise self._suspensions.abort_refusal(input.id)
             # Here, which replay never runs: a handler refusing what a Run recorded before
             # took would change its history (the signal asks a patch for it).
             if _blank_answer(input, pending):
                 raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text: it is blank")
+
+    def _abort_ended(self, item: Pending) -> bool:
+        """Whether the Run's abort ended the wait of ``item``. Every wait of the Run's own
+        ends with an abort (``Suspensions.hold``), but only once its coroutine runs again:
+        an answer that came in the abort's own activation (a worker that was down or busy
+        when both were sent) found it still waiting, was told it was taken, and the call
+        was then not run, or was. An answer after an abort is refused, whenever it comes
+        (before, only once the wait had ended)."""
+        return self._abort is not None and item.run is None
 
     def _check_resume(self, input: ResumeInput) -> Pending:
         _check_names(input)  # first: the other refusals quote the tenant and the id

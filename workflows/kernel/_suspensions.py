@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import assert_never
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.specs import printable
@@ -222,8 +223,7 @@ class Suspensions:
                 said = f"{input.id!r} ended unanswered: {self.ended_by[input.id]} expired"
                 raise refusal(RefusalKind.EXPIRED, f"{said}, and the Run settles abandoned")
             if input.id in self.aborted_waits:
-                said = f"{input.id!r} ended unanswered: the Run was {self._aborted() or 'aborted'}"
-                raise refusal(RefusalKind.NOT_SUSPENDED, f"{said}, and it settles aborted")
+                raise self.abort_refusal(input.id)
             if input.id in self.answered:
                 raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
             waiting = ", ".join(item.id for item in self.items())
@@ -263,6 +263,11 @@ class Suspensions:
             case _:
                 assert_never(input.reason)
         return item
+
+    def abort_refusal(self, pending_id: str) -> ApplicationError:
+        """The refusal of an answer to ``pending_id``, a wait the Run's abort ended."""
+        said = f"{pending_id!r} ended unanswered: the Run was {self._aborted() or 'aborted'}"
+        return refusal(RefusalKind.NOT_SUSPENDED, f"{said}, and it settles aborted")
 
     async def suspend(self, item: Pending, expires_seconds: float) -> ResumeInput:
         """Wait for ``item`` to be answered; settle ABANDONED if it expires first."""

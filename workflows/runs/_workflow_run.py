@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRunInput,
         refusal,
     )
-    from psych_runtime.workflows.contract._records import RunAdmitted, RunStatus, StepKind
+    from psych_runtime.workflows.contract._records import Pending, RunAdmitted, RunStatus, StepKind
     from psych_runtime.workflows.contract._status import answer_cut_short
     from psych_runtime.workflows.features import FEATURES
     from psych_runtime.workflows.kernel import _continue as continuing
@@ -136,6 +136,13 @@ class WorkflowRun(StepRecords):
     def _aborting(self) -> None:
         if self._running is not None and self._abort is not None:
             self.forward(self._running, ABORT, self._abort)
+
+    def _abort_ended(self, item: Pending) -> bool:
+        # A step's items too: the abort went on to the step (``_aborting``), and every
+        # wait of its ends with it. Taken and forwarded after it, an answer reached the step
+        # before or after the abort (two signals, in either order), and an approved call
+        # could run in an aborted workflow.
+        return self._abort is not None
 
     def _check_steer(self, input: SteerInput) -> None:
         if self._running is None:
