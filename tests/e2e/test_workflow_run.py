@@ -2,8 +2,8 @@
 
 A three-step workflow (a code tool, an agent, a nested workflow), a failing step, a tool
 step that waits for approval, an agent step whose own tool waits for approval (resumed
-through the workflow's id), abort and steer reaching a running agent step, idempotent
-dispatch and another tenant's refusal.
+through the workflow's id, and refused as answered when sent again), abort and steer
+reaching a running agent step, idempotent dispatch and another tenant's refusal.
 """
 
 from __future__ import annotations
@@ -250,6 +250,49 @@ async def test_a_suspended_agent_step_is_resumed_through_the_workflow_id(
     assert created == ["team"]
     resumed = [r for r in child_records if r.kind == "resumed"]
     assert [(r.id, r.by) for r in resumed] == [("call-open", "tester")]
+
+
+async def test_an_agent_steps_approval_sent_again_is_refused_as_answered(
+    harness: Harness,
+) -> None:
+    # From an audit: once the step had taken the approval, the same approval sent again
+    # through the workflow was refused UnknownPending, "nothing pending with id 'call-open'",
+    # as if it had never been taken (its own tool step's is refused AlreadyAnswered).
+    created: list[str] = []
+    register_accounts(harness, created)
+    harness.settings.policy = RulePolicy(tools={"create_account": "ask"})
+    spec = (
+        WorkflowBuilder("assisted", registry=harness.registry)
+        .tool("create_account")
+        .agent_step("open", greeter(harness, "create_account"))
+        .tool_step("audit", "create_account", {"plan": "audit"})
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("create_account", {"plan": "team"}, id="call-open")),
+        Reply.text("Opened."),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "open one", scope=harness.scope)
+        await pending_of(harness, run)
+        await harness.client.approve(run, "call-open", scope=harness.scope)
+        state = await waiting.state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda s: [p.id for p in s.pending] == ["audit"],
+            what="the audit step's approval",
+        )
+        assert state.step == "audit"
+        with pytest.raises(Refused) as again:
+            await harness.client.approve(run, "call-open", scope=harness.scope)
+        await harness.client.approve(run, "audit", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+    assert again.value.kind == "AlreadyAnswered", again.value
+    said = str(again.value)
+    assert f"'call-open' was already answered (forwarded to Run {run.workflow_id}-step1)" in said
+    assert result.status is RunStatus.COMPLETED
+    assert created == ["team", "audit"]
 
 
 async def test_abort_during_an_agent_step_reaches_it(harness: Harness) -> None:

@@ -197,10 +197,14 @@ def test_a_forwarded_answer_cannot_be_given_again_after_a_stale_report() -> None
     with pytest.raises(ApplicationError) as again:
         held.check(answer)
     assert again.value.type == "AlreadyAnswered"
-    held.set_child("child", (_pending("B"),))  # the child took it: the id is free again
-    with pytest.raises(ApplicationError) as unknown:
+    held.set_child("child", (_pending("B"),))  # the child took it
+    with pytest.raises(ApplicationError) as taken:
         held.check(answer)
-    assert unknown.value.type == "UnknownPending"
+    # Not "nothing pending with id 'A'" (UnknownPending), as it was until an audit.
+    assert taken.value.type == "AlreadyAnswered"
+    assert "'A' was already answered (forwarded to Run child)" in str(taken.value)
+    held.set_child("child", (_pending("B"), _pending("A")))  # the id is free again
+    assert [(item.id, item.run) for item in held.items()] == [("B", "child"), ("A", "child")]
     assert changes
 
 

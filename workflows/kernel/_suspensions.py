@@ -95,6 +95,11 @@ class Suspensions:
         child saw the answer must not make them answerable again). Holder None: answered
         by id alone, which stands for every item of the child's with that id, as before
         answers could name their holder."""
+        self._answered_in: dict[tuple[str, str], None] = {}
+        """The children's items answered here and forwarded (id, holder), kept once the
+        child no longer lists them: an answer sent again is refused as already answered,
+        as one to this Run's own item is (``answered``), not as an id nothing waits on.
+        A dict for its order (the first holder is the one a refusal names)."""
 
     def items(self) -> tuple[Pending, ...]:
         """Every pending item, this Run's first, then each child's, the children in the
@@ -180,6 +185,7 @@ class Suspensions:
         (``named``: the answer named its holder; else it went by id alone)."""
         key = _key(item) if named else (item.id, None)
         self._forwarded.setdefault(run, set()).add(key)
+        self._answered_in[_key(item)] = None
         remaining = tuple(p for p in self.children.get(run, ()) if not _within(p, {key}))
         if remaining:
             self.children[run] = remaining
@@ -226,6 +232,12 @@ class Suspensions:
                 raise self.abort_refusal(input.id)
             if input.id in self.answered:
                 raise refusal(RefusalKind.ALREADY_ANSWERED, f"{input.id!r} was already answered")
+            holder = next((run for id, run in self._answered_in if _answers(input, id, run)), None)
+            if holder is not None:
+                raise refusal(
+                    RefusalKind.ALREADY_ANSWERED,
+                    f"{input.id!r} was already answered (forwarded to Run {holder})",
+                )
             waiting = ", ".join(item.id for item in self.items())
             if not waiting:
                 raise refusal(
