@@ -62,6 +62,17 @@ def _placeholder_schema(url: str) -> dict[str, Any]:
     }
 
 
+def _names(value: Sequence[str], where: str, field: str) -> tuple[str, ...]:
+    """``value`` as a tuple, refusing one string: ``tuple("get*")`` is its characters, and
+    an ``allow`` of them would grant every name through its ``*`` (a ``Sequence[str]``
+    annotation lets a string through the type checker)."""
+    if isinstance(value, str):
+        raise SpecError(
+            f"{where}: {field} is a list of names, not the string {value!r}: write [{value!r}]"
+        )
+    return tuple(value)
+
+
 def _check_registered(
     where: str, known: ToolDef, name: str | None, description: str | None, idempotent: bool | None
 ) -> None:
@@ -195,7 +206,11 @@ class _ToolsMixin:
         optional: bool = False,
         preload: bool | None = None,
     ) -> Self:
-        """Grant an MCP server (tools discovered at run time, narrowed by ``allow``)."""
+        """Grant an MCP server (tools discovered at run time, narrowed by ``allow``).
+
+        Raises:
+            SpecError: ``allow`` is one string rather than a list of names and prefixes.
+        """
         self._grant(
             self._mcp,
             name,
@@ -206,7 +221,7 @@ class _ToolsMixin:
             transport=transport,
             credential=credential,
             oauth=oauth,
-            allow=tuple(allow),
+            allow=_names(allow, f"{self._where}: mcp_server {name!r}", "allow"),
             optional=optional,
             preload=preload,
         )
@@ -249,7 +264,12 @@ class AgentBuilder(_ToolsMixin):
         reasoning_effort: Literal["low", "medium", "high"] | None = None,
         fallbacks: Sequence[str] = (),
     ) -> Self:
-        """Which model, and how it is called; ``fallbacks`` are tried in order on outage."""
+        """Which model, and how it is called; ``fallbacks`` are tried in order on outage.
+
+        Raises:
+            SpecError: a bound is exceeded, or ``fallbacks`` is one string rather than a
+                list of model ids.
+        """
         self._fields["model"] = _make(
             ModelRef,
             f"{self._where}: model",
@@ -258,7 +278,7 @@ class AgentBuilder(_ToolsMixin):
             top_p=top_p,
             max_output_tokens=max_output_tokens,
             reasoning_effort=reasoning_effort,
-            fallbacks=tuple(fallbacks),
+            fallbacks=_names(fallbacks, f"{self._where}: model", "fallbacks"),
         )
         return self
 

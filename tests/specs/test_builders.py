@@ -491,3 +491,22 @@ def test_workflow_step_order_and_nesting() -> None:
     assert isinstance(spec.steps[1], WorkflowStepRef)
     assert spec.steps[1].spec == inner.build()
     assert spec.description == "Outer."
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: AgentBuilder("a").mcp_server("fs", "https://mcp.test/mcp", allow="get*"), "allow"),
+        (
+            lambda: WorkflowBuilder("w").mcp_server("fs", "https://mcp.test/mcp", allow="get*"),
+            "allow",
+        ),
+        (lambda: AgentBuilder("a").model("gpt-4o", fallbacks="gpt-4o-mini"), "fallbacks"),
+    ],
+    ids=["agent-allow", "workflow-allow", "fallbacks"],
+)
+def test_a_string_where_a_list_of_names_is_asked_is_refused(call: Any, field: str) -> None:
+    # tuple("get*") is ('g', 'e', 't', '*'): an allow whose '*' granted every tool of the
+    # server, and fallbacks of one-letter model ids, with no problem from validate.
+    with pytest.raises(SpecError, match=rf"{field} is a list of names, not the string"):
+        call()
