@@ -19,10 +19,31 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return False
 
 
+def not_one_string(**patterns: Sequence[str] | None) -> None:
+    """Refuse a string given where a sequence of patterns is asked: its characters would
+    each be a pattern, a ``*`` among them granting every name (and a type checker takes a
+    string for a ``Sequence[str]``).
+
+    Raises:
+        TypeError: naming the argument.
+    """
+    for label, given in patterns.items():
+        if isinstance(given, str):
+            raise TypeError(f"{label} is a sequence of patterns, not the string {given!r}")
+
+
 def allow_problems(allow: Sequence[str], path: str) -> list[Problem]:
     """Entries that no name can match as written: an empty one, and one with a ``*``
     before its end (a ``*`` only ends a prefix; inside an entry it is a literal character,
-    which no tool or skill name holds, so the entry would silently grant nothing)."""
+    which no tool or skill name holds, so the entry would silently grant nothing); and a
+    string given for the whole list, whose characters would each be an entry, a ``*``
+    among them granting every name."""
+    if isinstance(allow, str):
+        return [
+            Problem(
+                path, f"a list of names and prefixes, not the string {allow!r}: write [{allow!r}]"
+            )
+        ]
     problems = []
     for entry in allow:
         if not entry:

@@ -91,8 +91,8 @@ class Permits:
         a2a_peers: URL -> patterns of that peer's skill ids, as ``mcp_servers``.
 
     Raises:
-        SpecError: a pattern no name can match (an empty one, or ``*`` before its end),
-            named with its field.
+        SpecError: a pattern no name can match (an empty one, or ``*`` before its end), or
+            one string given for a list of patterns, named with its field.
     """
 
     code_tools: tuple[str, ...] | None = None

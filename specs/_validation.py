@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from psych_runtime.specs._allow import allow_problems, matches
+from psych_runtime.specs._allow import allow_problems, matches, not_one_string
 from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
@@ -166,7 +166,11 @@ def narrow(
 
     Returns:
         The callable names, sorted and unique.
+
+    Raises:
+        TypeError: ``allow`` or ``permitted`` is one string (each character a pattern).
     """
+    not_one_string(allow=allow, permitted=permitted)
     withheld_set = set(withheld)
     return tuple(
         sorted(

@@ -45,6 +45,20 @@ def test_a_pattern_no_name_can_match_is_refused_naming_its_field() -> None:
     assert f"a2a_peers[{PEER!r}]: 'a*b': '*' may only end an entry" in message
 
 
+def test_one_string_where_a_list_of_patterns_is_asked_is_refused_not_taken_apart() -> None:
+    # tuple("lookup*") is ('l', 'o', 'o', 'k', 'u', 'p', '*'): its '*' permitted every tool.
+    with pytest.raises(SpecError) as refused:
+        Permits(code_tools="lookup*", mcp_servers={MCP: "read*"})  # type: ignore[arg-type, dict-item]
+    message = str(refused.value)
+    assert "code_tools: a list of names and prefixes, not the string 'lookup*'" in message
+    assert f"mcp_servers[{MCP!r}]: a list of names and prefixes, not the string 'read*'" in message
+    # And the one narrowing function, whose Sequence[str] a type checker lets a string pass.
+    with pytest.raises(TypeError, match=r"allow is a sequence of patterns, not the string 'get\*'"):
+        narrow(["get_order", "delete_all"], allow="get*")
+    with pytest.raises(TypeError, match="permitted is a sequence of patterns, not the string"):
+        narrow(["get_order", "delete_all"], permitted="get*")
+
+
 async def test_all_permits_permits_what_each_port_permits() -> None:
     first = StaticPermits({"acme": Permits(code_tools=("get_*", "send_mail", "ab*"))})
     second = StaticPermits({"acme": Permits(code_tools=("get_order*", "send_*", "x*"))})
