@@ -271,7 +271,7 @@ class ToolRegistry:
         self._tools: dict[str, ToolDef] = {}
 
     def _add(self, tool: ToolDef) -> None:
-        if not _NAME.match(tool.name):
+        if not _NAME.fullmatch(tool.name):  # match: its "$" also matches before a final "\n"
             raise RegistryError(f"tool name {tool.name!r} does not match {NAME_PATTERN}")
         if tool.name in RESERVED_TOOL_NAMES:
             raise RegistryError(f"tool name {tool.name!r} is taken by a built-in tool")
