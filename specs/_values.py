@@ -4,6 +4,8 @@ JSON-valued fields (tool input schemas, step arguments) that are plain JSON, own
 from __future__ import annotations
 
 import copy
+import math
+import re
 from typing import Any
 
 from pydantic import BeforeValidator
@@ -12,16 +14,27 @@ from psych_runtime.specs._documents import MAX_SPEC_DEPTH
 
 
 def _not_a_boolean(value: Any) -> Any:
-    """Refuse ``true``/``false`` where a number is asked: pydantic reads them as 1 and 0."""
+    """Refuse ``true``/``false`` where a number is asked: pydantic reads them as 1 and 0.
+
+    Text in exponent form with a whole value (YAML's ``1e3``) is handed on as that float,
+    which an int field takes as JSON's ``1e3`` is taken: pydantic reads text as an integer
+    only when it is digits. Other text is left to pydantic as it is."""
     if isinstance(value, bool):
         raise ValueError(f"a number is needed here, not the boolean {str(value).lower()}")
+    if isinstance(value, str) and _EXPONENT.fullmatch(value):
+        number = float(value)
+        if math.isfinite(number) and number.is_integer():
+            return number
     return value
 
+
+_EXPONENT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?[0-9]+")
+"""A decimal number written with an exponent, as YAML 1.1 (PyYAML) leaves it text."""
 
 NUMBER = BeforeValidator(_not_a_boolean)
 """On every int and float field of a Spec model (after its ``Field``, which keeps the
 bounds in the JSON schema): a number, or text that reads as one (YAML reads ``1e3`` as
-text), but never a boolean."""
+text, for an int field too), but never a boolean."""
 
 
 def _plain_json(value: Any) -> None:

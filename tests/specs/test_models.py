@@ -35,6 +35,9 @@ from psych_runtime.specs import (
     WorkflowSpec,
     WorkflowStepRef,
     parse_spec,
+    spec_from_json,
+    spec_from_yaml,
+    version_hash,
 )
 
 MODEL = ModelRef(model="gpt-4o")
@@ -250,6 +253,23 @@ def test_a_number_field_takes_what_reads_as_a_number() -> None:
     # YAML reads `3.6e3` as text; JSON from code may say 30.0 for an int.
     limits = Limits.model_validate({"deadline_seconds": "3.6e3", "max_turns": 30.0})
     assert (limits.deadline_seconds, limits.max_turns) == (3600.0, 30)
+
+
+def test_an_integer_field_takes_exponent_text_as_json_takes_the_number() -> None:
+    # YAML 1.1 reads `1e3` as text: `max_steps: 1e3` was refused ("unable to parse string
+    # as an integer") where the same JSON document's 1e3 was read as 1000.
+    head = "kind: agent\nname: a\nmodel: {model: m}\n"
+    from_yaml = spec_from_yaml(head + "limits: {max_steps: 1e3, max_turns: 3.2E+1}\n")
+    from_json = spec_from_json(
+        '{"kind": "agent", "name": "a", "model": {"model": "m"},'
+        ' "limits": {"max_steps": 1e3, "max_turns": 3.2E+1}}'
+    )
+    assert (from_yaml.limits.max_steps, from_yaml.limits.max_turns) == (1000, 32)
+    assert version_hash(from_yaml) == version_hash(from_json)
+    # Not a whole number, or not a number: refused as before, naming the field.
+    for text in ("1.25e1", "1e3x", "1e999"):
+        with pytest.raises(SpecError, match=r"limits\.max_steps"):
+            spec_from_yaml(head + f"limits: {{max_steps: {text}}}\n")
 
 
 def test_the_number_fields_are_found() -> None:
