@@ -1,11 +1,12 @@
-"""The URLs of an MCP server's OAuth client, checked at publish: what the SDK or the
-authorization server would refuse at run time, named before a Run meets it."""
+"""An MCP server's OAuth settings, checked at publish: its client's URLs and identity, what
+the SDK or the authorization server would refuse at run time, named before a Run meets it."""
 
 from __future__ import annotations
 
 from urllib.parse import SplitResult, urlsplit
 
-from psych_runtime.specs._models import McpOAuth
+from psych_runtime.specs._credentials import url_credentials
+from psych_runtime.specs._models import McpOAuth, McpServer
 from psych_runtime.specs._problem import Problem
 
 
@@ -61,3 +62,64 @@ def _split(url: str) -> SplitResult | None:
     except ValueError:
         return None
     return parts
+
+
+def oauth_problems(server: McpServer, path: str) -> list[Problem]:
+    """Problems of ``server``'s ``oauth`` (``server`` at ``path``): its URLs
+    (``oauth_url_problems``, literal credentials), a bearer credential beside it, and a
+    grant without the client identity it needs."""
+    oauth = server.oauth
+    assert oauth is not None
+    problems = []
+    if oauth.cimd_url is not None:
+        problems += url_credentials(oauth.cimd_url, f"{path}.oauth.cimd_url")
+    problems += oauth_url_problems(oauth, f"{path}.oauth")
+    if server.credential is not None:
+        problems.append(
+            Problem(
+                f"{path}.credential",
+                "a server takes either a bearer credential or oauth, not both "
+                "(OAuth sends the token it obtains)",
+            )
+        )
+    if oauth.grant == "client_credentials":
+        for field in ("preregistered_client_id", "client_secret_credential"):
+            if getattr(oauth, field) is None:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.{field}",
+                        "the client_credentials grant needs the client id the authorization "
+                        "server registered and the name of the credential holding its secret",
+                    )
+                )
+    else:
+        if oauth.preregistered_client_id is None and oauth.cimd_url is None:
+            if not oauth.allow_dynamic_registration:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.preregistered_client_id",
+                        "the authorization_code grant needs a client: preregistered_client_id, "
+                        "or cimd_url (a client-id metadata document), or "
+                        "allow_dynamic_registration: true (a client registered with the "
+                        "authorization server at run time); allow_dynamic_registration is false",
+                    )
+                )
+            elif oauth.client_secret_credential is not None:
+                problems.append(
+                    Problem(
+                        f"{path}.oauth.client_secret_credential",
+                        "a client secret belongs to preregistered_client_id, which is not set: "
+                        "a dynamically registered client gets its own from the registration",
+                    )
+                )
+        if not oauth.redirect_uris:
+            problems.append(
+                Problem(
+                    f"{path}.oauth.redirect_uris",
+                    "the authorization_code grant needs a redirect URI: where the operator's "
+                    "OAuth callback listens (psych oauth-callback, psych serve /oauth/callback)",
+                )
+            )
+        for index, uri in enumerate(oauth.redirect_uris):
+            problems += url_credentials(uri, f"{path}.oauth.redirect_uris[{index}]")
+    return problems

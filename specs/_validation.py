@@ -35,7 +35,7 @@ from psych_runtime.specs._models import (
     WorkflowStepRef,
 )
 from psych_runtime.specs._nested import nested_specs
-from psych_runtime.specs._oauth_urls import oauth_url_problems
+from psych_runtime.specs._oauth_urls import oauth_problems
 from psych_runtime.specs._peer_urls import peer_url_problems
 from psych_runtime.specs._problem import Problem
 from psych_runtime.specs._subagents import (
@@ -262,7 +262,7 @@ def _check_mcp(
         problems += url_credentials(server.url, f"{path}.url")
         problems += allow_problems(server.allow, f"{path}.allow")
         if server.oauth is not None:
-            problems += _check_oauth(server, path)
+            problems += oauth_problems(server, path)
         if server.optional:
             continue
         if context.mcp_connections is not None:
@@ -275,64 +275,6 @@ def _check_mcp(
                 )
         elif context.reachable_mcp_servers and server.name not in context.reachable_mcp_servers:
             problems.append(Problem(path, "server did not answer at publish and is not optional"))
-    return problems
-
-
-def _check_oauth(server: McpServer, path: str) -> list[Problem]:
-    oauth = server.oauth
-    assert oauth is not None
-    problems = []
-    if oauth.cimd_url is not None:
-        problems += url_credentials(oauth.cimd_url, f"{path}.oauth.cimd_url")
-    problems += oauth_url_problems(oauth, f"{path}.oauth")
-    if server.credential is not None:
-        problems.append(
-            Problem(
-                f"{path}.credential",
-                "a server takes either a bearer credential or oauth, not both "
-                "(OAuth sends the token it obtains)",
-            )
-        )
-    if oauth.grant == "client_credentials":
-        for field in ("preregistered_client_id", "client_secret_credential"):
-            if getattr(oauth, field) is None:
-                problems.append(
-                    Problem(
-                        f"{path}.oauth.{field}",
-                        "the client_credentials grant needs the client id the authorization "
-                        "server registered and the name of the credential holding its secret",
-                    )
-                )
-    else:
-        if oauth.preregistered_client_id is None and oauth.cimd_url is None:
-            if not oauth.allow_dynamic_registration:
-                problems.append(
-                    Problem(
-                        f"{path}.oauth.preregistered_client_id",
-                        "the authorization_code grant needs a client: preregistered_client_id, "
-                        "or cimd_url (a client-id metadata document), or "
-                        "allow_dynamic_registration: true (a client registered with the "
-                        "authorization server at run time); allow_dynamic_registration is false",
-                    )
-                )
-            elif oauth.client_secret_credential is not None:
-                problems.append(
-                    Problem(
-                        f"{path}.oauth.client_secret_credential",
-                        "a client secret belongs to preregistered_client_id, which is not set: "
-                        "a dynamically registered client gets its own from the registration",
-                    )
-                )
-        if not oauth.redirect_uris:
-            problems.append(
-                Problem(
-                    f"{path}.oauth.redirect_uris",
-                    "the authorization_code grant needs a redirect URI: where the operator's "
-                    "OAuth callback listens (psych oauth-callback, psych serve /oauth/callback)",
-                )
-            )
-        for index, uri in enumerate(oauth.redirect_uris):
-            problems += url_credentials(uri, f"{path}.oauth.redirect_uris[{index}]")
     return problems
 
 
