@@ -19,17 +19,19 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-def not_one_string(**patterns: Sequence[str] | None) -> None:
-    """Refuse a string given where a sequence of patterns is asked: its characters would
-    each be a pattern, a ``*`` among them granting every name (and a type checker takes a
-    string for a ``Sequence[str]``).
+def not_one_string(**given: Iterable[str] | None) -> None:
+    """Refuse a string given where a sequence of names or patterns is asked: its characters
+    would each be taken as one, and in patterns a ``*`` among them matches every name (a
+    type checker takes a string for a ``Sequence[str]`` or an ``Iterable[str]``).
 
     Raises:
         TypeError: naming the argument.
     """
-    for label, given in patterns.items():
-        if isinstance(given, str):
-            raise TypeError(f"{label} is a sequence of patterns, not the string {given!r}")
+    for label, value in given.items():
+        if isinstance(value, str):
+            raise TypeError(
+                f"{label} is a sequence of names, not the string {value!r}: write [{value!r}]"
+            )
 
 
 def allow_problems(allow: Sequence[str], path: str) -> list[Problem]:

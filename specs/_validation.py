@@ -97,6 +97,9 @@ class ValidationContext:
             not. None (the default) = not checked. When set, every non-optional MCP server
             of the Spec, at any depth, must have answered: one that failed, or that the
             check did not cover, is a problem, even when no server answered at all.
+
+    Raises:
+        TypeError: one of the first three is a string, not a sequence of names.
     """
 
     registered_tools: frozenset[str] = field(default_factory=frozenset)
@@ -112,6 +115,8 @@ class ValidationContext:
         reachable_mcp_servers: Iterable[str] = (),
         mcp_connections: Mapping[str, str | None] | None = None,
     ) -> None:
+        not_one_string(registered_tools=registered_tools, known_models=known_models)
+        not_one_string(reachable_mcp_servers=reachable_mcp_servers)
         object.__setattr__(self, "registered_tools", frozenset(registered_tools))
         object.__setattr__(self, "known_models", frozenset(known_models))
         object.__setattr__(self, "reachable_mcp_servers", frozenset(reachable_mcp_servers))

@@ -53,9 +53,9 @@ def test_one_string_where_a_list_of_patterns_is_asked_is_refused_not_taken_apart
     assert "code_tools: a list of names and prefixes, not the string 'lookup*'" in message
     assert f"mcp_servers[{MCP!r}]: a list of names and prefixes, not the string 'read*'" in message
     # And the one narrowing function, whose Sequence[str] a type checker lets a string pass.
-    with pytest.raises(TypeError, match=r"allow is a sequence of patterns, not the string 'get\*'"):
+    with pytest.raises(TypeError, match=r"allow is a sequence of names, not the string 'get\*'"):
         narrow(["get_order", "delete_all"], allow="get*")
-    with pytest.raises(TypeError, match="permitted is a sequence of patterns, not the string"):
+    with pytest.raises(TypeError, match="permitted is a sequence of names, not the string"):
         narrow(["get_order", "delete_all"], permitted="get*")
 
 

@@ -180,6 +180,16 @@ def test_unknown_model_and_empty_known_models() -> None:
     assert checks(spec, ValidationContext(known_models=["gpt-5", "gpt-4o", "nope"])) == []
 
 
+@pytest.mark.parametrize("field", ["registered_tools", "known_models", "reachable_mcp_servers"])
+def test_a_context_given_one_string_for_its_names_is_refused(field: str) -> None:
+    # frozenset("gpt-4o") is its characters: known_models="gpt-4o" reported "unknown model
+    # 'gpt-4o'", and registered_tools="lookup" registered a code tool named "l".
+    with pytest.raises(TypeError, match=f"{field} is a sequence of names, not the string 'x1'"):
+        ValidationContext(**{field: "x1"})  # type: ignore[arg-type]
+    given: dict[str, Any] = {field: ["x1"]}
+    assert getattr(ValidationContext(**given), field) == frozenset({"x1"})
+
+
 def test_unreachable_mcp_server() -> None:
     spec = agent(
         mcp_servers=[
