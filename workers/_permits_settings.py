@@ -31,7 +31,7 @@ from psych_runtime.workers._settings_file import unknown_settings
 
 _SECTION_KEYS = ("default", "tenants")
 _PERMIT_KEYS = ("a2a_peers", "code_tools", "http_tools", "mcp_servers")
-_TENANT = re.compile(r"^[a-zA-Z0-9_.]{1,128}$")
+_TENANT = re.compile(r"[a-zA-Z0-9_.]{1,128}")
 """A tenant as ``Scope.tenant`` allows it (a key no Scope can carry would permit nobody)."""
 
 
@@ -48,7 +48,7 @@ def parse_permits(value: Any, where: str, problems: list[str]) -> StaticPermits 
         problems.append(f"{where}.tenants: a mapping of tenant to its permits, not {table!r}")
     for tenant, entry in (table if isinstance(table, dict) else {}).items():
         at = f"{where}.tenants.{tenant}"
-        if not isinstance(tenant, str) or not _TENANT.match(tenant):
+        if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
             problems.append(
                 f"{at}: not a tenant (1 to 128 letters, digits, '_' and '.', as a Scope's)"
             )

@@ -208,6 +208,9 @@ def test_the_serve_section_is_checked_naming_each_path() -> None:
         ({"listen": 1}, "settings.yaml: serve.listen: unknown setting"),
         ({"api_keys": [{"sha256": digest}]}, r"serve.api_keys\[0\]: tenant is required"),
         ({"api_keys": [{"sha256": "x", "tenant": "a"}]}, "64 lowercase hex"),
+        # YAML's block scalar (`sha256: |`) ends the digest with a newline: no key would
+        # ever match it, so it is refused where it is written.
+        ({"api_keys": [{"sha256": digest + "\n", "tenant": "a"}]}, "64 lowercase hex"),
         (
             {"api_keys": [{"sha256": digest, "tenant": "a", "publisher": "yes"}]},
             r"serve.api_keys\[0\]: publisher must be true or false",

@@ -130,6 +130,10 @@ async def test_serve_dispatches_within_the_permits_section_of_its_settings_file(
         f"{settings}: permits.tenants.acme.code_tools: a list of names and prefixes ending "
         "in '*', not 'lookup_*'"
     )
+    # A tenant no Scope can carry (a quoted key ending in a newline) would permit nobody.
+    settings.write_text('permits:\n  tenants:\n    "acme\\n": {code_tools: [lookup_x]}\n')
+    with pytest.raises(PsychError, match=r"permits\.tenants\.acme\n: not a tenant"):
+        permits_from(args)
 
 
 @pytest.mark.parametrize(

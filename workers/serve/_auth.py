@@ -46,7 +46,7 @@ from pydantic import ValidationError
 
 from psych_runtime.specs import PsychError, Scope
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 T = TypeVar("T")
 
@@ -137,7 +137,7 @@ class ApiKey:
     publisher: bool = False
 
     def __post_init__(self) -> None:
-        if not _HEX64.match(self.sha256):
+        if not _HEX64.fullmatch(self.sha256):
             raise ValueError(
                 f"api key for tenant {self.tenant!r}: sha256 must be 64 lowercase hex digits"
             )
