@@ -788,6 +788,31 @@ async def approval_denied(rig: Rig) -> RunHandle:
     return await _approval(rig, deny)
 
 
+async def approval_note_bounded_before_patch(rig: Rig) -> RunHandle:
+    """A call rejected with a 1,908-byte note under ``large_result_bytes=1000``, recorded
+    before psych-rejection-note-bounded: the note is in the call's result, whole."""
+    reason = "the order is under a legal hold, as said."
+    note = "".join(f"Reason {n:02d}: {reason}\n" for n in range(36))
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = rig.agent("orders").tool("delete_order").limits(large_result_bytes=1000).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})),
+        Reply.text("Order 42 stays: it is under a legal hold."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        await rig.client.deny(run, pending.id, scope=SCOPE, note=note)
+        await rig.settle(run)
+    return run
+
+
+async def approval_note_bounded(rig: Rig) -> RunHandle:
+    """The same, behind psych-rejection-note-bounded: the rejection stored
+    (``psych.tool.store_result``) and shown as a handle with a preview, still rejected."""
+    return await approval_note_bounded_before_patch(rig)
+
+
 async def approval_under_a_repeated_id(rig: Rig) -> RunHandle:
     # Two calls of one turn under one id: the second is not run (patch
     # psych-unique-call-ids), the first waits for its approval alone.
@@ -3422,6 +3447,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-answer-bounded (the old branch); never re-record it.
     ("dev", question_answer_bounded_before_patch),
     ("dev", question_answer_bounded),
+    # Recorded before psych-rejection-note-bounded (the old branch); never re-record it.
+    ("dev", approval_note_bounded_before_patch),
+    ("dev", approval_note_bounded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -226,6 +226,10 @@ PATCHES: dict[str, str] = {
     # running step's), in the abort's own activation, is refused as the abort's
     # (kernel/_handlers.py); a Run recorded before took it. Asked only for such an answer.
     "psych-abort-ends-answers": "0.1.0",
+    # An approver's rejection note over large_result_bytes is stored and shown as a handle
+    # with a preview (workflows/kernel/_tool_result.py, ``rejected``); a Run recorded
+    # before showed it whole. Asked only for such a note, as it arrives.
+    "psych-rejection-note-bounded": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         cut_short,
         finished,
+        guarded_ref,
         inline,
         not_run,
         refused_repeated_id,
@@ -171,8 +172,7 @@ class ToolBatches(ToolCalls):
             if isinstance(outcome, Stop):
                 raise outcome
             if isinstance(outcome, ToolResult):
-                ref = outcome.outcome.result_ref if outcome.outcome is not None else None
-                earlier.append((outcome.repeat_refusal, ref))
+                earlier.append((outcome.repeat_refusal, guarded_ref(outcome)))
             # Any other exception is the pipeline's defect, raised by ``_run_tools``.
         if self._past_deadline():
             deadline = self._deadline_outcome()
@@ -213,7 +213,7 @@ class ToolBatches(ToolCalls):
                 call.arguments,
                 ok=result.status == "ok",
                 counts_as_failure=result.counts_as_failure,
-                result_ref=outcome.result_ref if outcome is not None else None,
+                result_ref=guarded_ref(result),
                 limits=self._limits,
             )
         if outcome is not None and outcome.unpermitted and call.name not in self._revoked:

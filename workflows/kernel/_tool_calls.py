@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         failure_text,
         from_outcome,
         inline,
+        rejected,
         unknown_tool,
     )
     from psych_runtime.workflows.kernel._tracing import RunTrace
@@ -314,8 +315,7 @@ class ToolCalls(FeatureView):
         )
         if answer.approved:
             return None
-        note = f" Their note: {answer.note}" if answer.note else ""
-        return inline(call, "rejected", f"An approver rejected this call.{note}", counts=False)
+        return await rejected(call, answer.note, self._limits.large_result_bytes)
 
     async def _external(
         self, call: ToolCallRequest, outcome: ToolOutcome, code: bool, arguments: dict[str, Any]

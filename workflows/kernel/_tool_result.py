@@ -99,6 +99,39 @@ async def stored(call: ToolCallRequest, text: str, limit: int, *, summary: str) 
     return from_outcome(call, outcome)
 
 
+async def rejected(call: ToolCallRequest, note: str | None, limit: int) -> ToolResult:
+    """The result of a call an approver rejected (``note``: what they said), not counted
+    as the tool failing. Over ``limit`` (the Run's ``large_result_bytes``) it is stored by
+    ``psych.tool.store_result`` and the model shown a handle with a preview, as any large
+    result (since the patch ``psych-rejection-note-bounded``, asked only for such a note:
+    until 12-07 a note of up to an update's 256 KB reached the model whole). Still
+    ``rejected``, and kept out of the repeat guard as before (``guarded_ref``)."""
+    said = f" Their note: {note}" if note else ""
+    text = f"An approver rejected this call.{said}"
+    if not (over_bound(text, limit) and workflow.patched("psych-rejection-note-bounded")):
+        return inline(call, "rejected", text, counts=False)
+    outcome = await calls.store_result(
+        StoreResultInput(call_id=call.id, text=text, large_result_bytes=limit),
+        summary=f"store the rejection of {call.name} {call.id}",
+    )
+    return ToolResult(
+        call=call,
+        status="rejected",
+        message=outcome.message_ref,
+        content=outcome.content,
+        outcome=outcome,
+    )
+
+
+def guarded_ref(result: ToolResult) -> str | None:
+    """The result's ref as the repeat guard counts it: none for a call that never ran (a
+    rejection whose note was stored has a ref, for ``read_tool_output``, but is no result of
+    the tool's)."""
+    if result.outcome is None or result.status == "rejected":
+        return None
+    return result.outcome.result_ref
+
+
 def over_bound(text: str, limit: int) -> bool:
     """Whether ``text`` is over ``limit`` bytes (``large_result_bytes``) as stored."""
     return len(text.encode(errors="replace")) > limit
