@@ -14,6 +14,7 @@ the text it receives:
 - ``slow:<seconds>``: sleeps that long, then completes;
 - ``later:<seconds>:<question>``: sleeps that long, then goes ``input-required``;
 - ``fail``: the task fails with ``cannot do that``;
+- ``slowfail:<seconds>``: sleeps that long, then fails with ``cannot do that``;
 - ``auth:<what>``: the task goes ``auth-required`` asking for ``<what>``;
 - anything else: completes with ``echo: <text>`` and a text artifact ``notes``.
 
@@ -164,6 +165,9 @@ class _Scripted(AgentExecutor):
         elif text.startswith("auth:"):
             await updater.requires_auth(say(text.removeprefix("auth:")))
         elif text == "fail":
+            await updater.failed(say("cannot do that"))
+        elif text.startswith("slowfail:"):
+            await asyncio.sleep(float(text.removeprefix("slowfail:")))
             await updater.failed(say("cannot do that"))
         else:
             await updater.add_artifact([new_text_part(f"notes on {text}")], name="notes")

@@ -165,6 +165,11 @@ PATCHES: dict[str, str] = {
     # the payload goes through the call's post hooks and is stored (features/_a2a.py); a
     # Run recorded before showed it as sent. Asked as the completion arrives.
     "psych-a2a-completion-hooked": "0.1.0",
+    # A waited A2A peer task's answer the poller read is recorded as that read's outcome
+    # (features/_a2a.py, ``_wait_on_task``): a failed task stays an error unless an
+    # on_error hook replaced it, and the hooks' effects are kept; a Run recorded before
+    # recorded it ok, with no effects. Asked as the poller's answer reaches the call.
+    "psych-a2a-polled-answer-as-read": "0.1.0",
     # An expiry ends the Run's other waits (calls of the same turn) at once, and the Run
     # settles ABANDONED (workflows/kernel/_suspensions.py, ``hold``); a Run recorded before
     # waited each out. Asked at the expiry, only where another wait is held.

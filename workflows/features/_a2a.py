@@ -400,6 +400,7 @@ class Peers(Feature):
         # task (the same token) may be waited on again, and completed by hand.
         by_read = token in self.state.read
         self.state.read.discard(token)
+        answer = self.state.answers.pop(token, None)
         if isinstance(payload, dict) and set(payload) == {PEER_QUESTION, A2A_TASK_ARGUMENT}:
             return await self._ask_person(
                 turn,
@@ -410,6 +411,11 @@ class Peers(Feature):
                 answers + 1,
             )
         if by_read:  # the peer's answer, hooked and stored by its read
+            # As read: a failed task an on_error hook did not replace is an error, and the
+            # record keeps what the hooks did (as a call answered at once, or a pushed read).
+            # Asked as the poller's answer arrives, after its (not local) read.
+            if answer is not None and workflow.patched("psych-a2a-polled-answer-as-read"):
+                return from_outcome(call, answer)
             return inline(call, "ok", payload if isinstance(payload, str) else json.dumps(payload))
         # Completed by hand: the result arriving late, through the call's post hooks.
         run = self.run

@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
         A2A_QUESTION_TOKEN,
         A2A_TASK_ARGUMENT,
         A2aPollInput,
+        ToolOutcome,
     )
     from psych_runtime.workflows.contract._contract import ResumeInput
     from psych_runtime.workflows.contract._records import Resumed, SuspensionReason
@@ -37,6 +38,7 @@ async def poll_task(run: RunView, state: PeersState, token: str, poll: A2aPollIn
     waits = run.suspensions.waits
     delay = POLL_FIRST_SECONDS
     payload: str | dict[str, str] | None = None
+    answer: ToolOutcome | None = None  # the peer's answer as its read stored it
     try:
         while True:
             await workflow.sleep(delay, summary=f"poll A2A {poll.peer.name} task")
@@ -54,7 +56,7 @@ async def poll_task(run: RunView, state: PeersState, token: str, poll: A2aPollIn
                 text = f"Reading the task of A2A peer {poll.peer.name!r} failed: {cause_text(err)}"
                 break
             if outcome.status != "wait":
-                text = shown(outcome)
+                text, answer = shown(outcome), outcome
                 break
             if (outcome.wait_token or "").startswith(A2A_QUESTION_TOKEN):
                 # Asked for input: the wait ends with the question, for the person.
@@ -74,6 +76,8 @@ async def poll_task(run: RunView, state: PeersState, token: str, poll: A2aPollIn
             payload=text if payload is None else payload,
         )
         state.read.add(token)
+        if answer is not None:
+            state.answers[token] = answer
         log = run.log
         log.add(
             Resumed(

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
         A2aCards,
         A2aPollInput,
         CatalogEntry,
+        ToolOutcome,
     )
     from psych_runtime.specs import A2APeer
 
@@ -38,6 +39,9 @@ class PeersState:
     read: set[str] = field(default_factory=set)
     """Wait tokens the poller completed with the peer's own answer (its read ran the post
     hooks), until the call takes it: any other completion is by hand."""
+    answers: dict[str, ToolOutcome] = field(default_factory=dict)
+    """Wait token -> the outcome of the read that completed it (in ``read``): the call's
+    status and what its post or on_error hooks did, as a call answered at once has them."""
     asked: dict[str, A2aCancelInput] = field(default_factory=dict)
     """Question id -> the peer task waiting at the peer for the person's answer to it: the
     tasks a Run settling before the answer is sent cancels too."""
