@@ -229,9 +229,15 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
     @activity.defn(name=A2A_POLL)
     async def poll(self, input: A2aPollInput) -> ToolOutcome:
         """Read a task the peer left working: a ``wait`` outcome while it still is, else
-        the call's answer after the post hooks (a failure reading it is retried by
-        Temporal: a read is safe to repeat)."""
+        the call's answer after the post or on_error hooks (a failure reading it is retried
+        by Temporal: a read is safe to repeat)."""
         started = time.monotonic()
+        # The call's hooks, with the arguments the peer was sent (as a pre hook rewrote them).
+        plan = self.hooks.plan(
+            HookCall.of(
+                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope
+            )
+        )
         connection = await connect(input.peer, input.scope, self.secrets)
         fetched, _ = await self.peers.card(
             input.peer, input.scope, connection, fetch_seconds=self.settings.card_timeout_seconds
@@ -252,7 +258,9 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             text = (
                 f"A2A peer {input.peer.name!r} could not give task {input.task_id}: {describe(err)}"
             )
-            return await self._store(input, "error", connection.redact(text), started)
+            # A failure the model reads, as a failed task's: the on_error hooks' to replace.
+            final, shown = await plan.after("error", connection.redact(text))
+            return plan.stamp(await self._store(input, final, shown, started))
         if task.status.state not in TERMINAL | INTERRUPTED:
             text = f"task {task.id} is {state_name(task.status.state)}"
             return await self._store(input, "wait", text, started)
@@ -262,11 +270,6 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             context = connection.context(self.settings.call_timeout_seconds)
             await self._give_up(transport, task, input, context, connection.redact)
         answer = await self._answer(task, input)
-        plan = self.hooks.plan(
-            HookCall.of(
-                input.name, "a2a", input.arguments, input.call_id, input.run_id, input.scope
-            )
-        )
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
         return plan.stamp(await self._store(input, final, shown, started))
 
