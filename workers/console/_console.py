@@ -221,6 +221,9 @@ def _record_line(record: Record, full: bool) -> str:
             )
             left = f"; {record.budget_left} retries left" if record.transient else ""
             said = _short(record.message)
+            billed = record.usage
+            if billed is not None:  # its answer came (and was billed) before it failed
+                left += f" [billed {billed.input_tokens} in / {billed.output_tokens} out tokens]"
             return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
         case ToolCallStarted():
             return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."

@@ -149,6 +149,8 @@ def build_report(
                         ok=False,
                         error=record.message,
                         transient=record.transient,
+                        usage=record.usage,
+                        cost=record.cost,
                     )
                 )
                 open_call = None

@@ -42,8 +42,10 @@ class ModelCallReport(_Frozen):
     text: str | None = None
     tool_calls: tuple[dict[str, str], ...] = ()
     usage: Usage | None = None
+    """The answer's tokens; a failed attempt's when its answer came (billed) before it
+    failed, as the Run's totals count them; None: no answer came."""
     cost: float | None = None
-    """None when the price is unknown (never 0 for unknown)."""
+    """None when the price is unknown (never 0 for unknown), or no answer came."""
     latency: Latency | None = None
     error: str | None = None
     transient: bool | None = None

@@ -100,7 +100,7 @@ class ModelCallFinished(_Record, _Sparse):
     _sparse: ClassVar[tuple[str, ...]] = ("context_ref", "system_ref")
 
 
-class ModelCallFailed(_Record):
+class ModelCallFailed(_Record, _Sparse):
     kind: Literal["model_call_failed"] = "model_call_failed"
     turn: int
     model: str
@@ -109,6 +109,10 @@ class ModelCallFailed(_Record):
     retry_after: float | None = None
     message: str
     budget_left: int
+    usage: Usage | None = None
+    """An answer billed before the call failed (in the totals, as ``cost``); None: none."""
+    cost: float | None = None
+    _sparse: ClassVar[tuple[str, ...]] = ("usage", "cost")
 
 
 ToolCallStatus = Literal["ok", "error", "unknown", "refused", "denied", "rejected", "aborted"]

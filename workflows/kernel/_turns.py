@@ -297,6 +297,8 @@ class TurnLoop(ToolBatches):
                         retry_after=failure.retry_after,
                         message=failure.message,
                         budget_left=max(left, 0),
+                        usage=None if paid is None else paid.usage,
+                        cost=None if paid is None else paid.cost,
                     )
                 )
                 if not failure.transient:
