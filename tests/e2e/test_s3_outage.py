@@ -22,6 +22,7 @@ from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, Limits, RunFailed
 from psych_runtime.testing import Reply, ToolCall, Usage
 from psych_runtime.workers import run_worker
+from psych_runtime.workers.console import format_record
 from psych_runtime.workflows import (
     CompactionFailed,
     ModelCallFailed,
@@ -256,6 +257,7 @@ async def test_a_summary_the_store_could_not_keep_is_counted_in_the_runs_totals(
         )
         result = await harness.client.result(run, scope=harness.scope)
         records = await all_records(harness.client, run, harness.scope)
+        report = await harness.client.report(run, scope=harness.scope)
 
     assert result.answer == "Done."
     assert gate.cuts >= 1
@@ -267,6 +269,12 @@ async def test_a_summary_the_store_could_not_keep_is_counted_in_the_runs_totals(
         r"the S3 blob store did not answer \(connection lost or timed out: \w+\)",
         failed.error,
     ), failed.error
+    # The record says what the failed call billed, as the totals count it (before, only the
+    # totals had it); its report lists it so.
+    assert failed.usage is not None
+    assert (failed.usage.input_tokens, failed.usage.output_tokens) == (400, 64)
+    assert format_record(failed).endswith("[billed 400 in / 64 out tokens]")
+    assert [c.usage for c in report.compactions] == [failed.usage]
 
 
 async def test_a_post_whose_result_was_lost_is_unknown_and_sent_once(

@@ -184,6 +184,14 @@ def format_record(record: Record, *, full: bool = False) -> str:
     return printable(_record_line(record, full))
 
 
+def _billed(record: ModelCallFailed | CompactionFailed) -> str:
+    """What a failed call's answer billed, when one came before it failed (else "")."""
+    usage = record.usage
+    if usage is None:
+        return ""
+    return f" [billed {usage.input_tokens} in / {usage.output_tokens} out tokens]"
+
+
 def _record_line(record: Record, full: bool) -> str:
     match record:
         case RunAdmitted():
@@ -221,10 +229,10 @@ def _record_line(record: Record, full: bool) -> str:
             )
             left = f"; {record.budget_left} retries left" if record.transient else ""
             said = _short(record.message)
-            billed = record.usage
-            if billed is not None:  # its answer came (and was billed) before it failed
-                left += f" [billed {billed.input_tokens} in / {billed.output_tokens} out tokens]"
-            return f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
+            return (
+                f"  model call {record.model} failed ({kind}{status}{retry}): {said}{left}"
+                + _billed(record)
+            )
         case ToolCallStarted():
             return f"  tool call {record.tool}({_clip(record.arguments, 80, full)}) ..."
         case ToolCallFinished():
@@ -300,7 +308,8 @@ def _record_line(record: Record, full: bool) -> str:
                 f"{_ms(record.latency.duration_ms)}]: {_short(record.summary_preview, 80)!r}"
             )
         case CompactionFailed():
-            return f"  compaction with {record.model} failed: {_short(record.error, 100)}"
+            failed = f"  compaction with {record.model} failed: {_short(record.error, 100)}"
+            return failed + _billed(record)
         case ChildSettled():
             return child_settled_line(record)
         case RunSettled():

@@ -195,7 +195,8 @@ class RunReport(_Frozen):
     context: tuple[ContextProvided, ...] = ()
     """Each model call's per-turn context: blocks shown by reference, providers skipped."""
     compactions: tuple[CompactionApplied | CompactionFailed, ...] = ()
-    """Each summariser call, in order (its usage and cost are in ``totals``)."""
+    """Each summariser call, in order, with its usage and cost (a failed one's when its
+    answer came, billed, before it failed), which ``totals`` count."""
     thread: ThreadRef | None = None
     """The earlier Run this Run continues."""
     children: tuple[ChildSettled, ...] = ()

@@ -30,7 +30,7 @@ from psych_runtime.workflows.contract._status import Pending as Pending
 from psych_runtime.workflows.contract._status import RunStatus as RunStatus
 from psych_runtime.workflows.contract._status import SuspensionReason as SuspensionReason
 from psych_runtime.workflows.contract._status import Totals as Totals
-from psych_runtime.workflows.contract._status import _Sparse
+from psych_runtime.workflows.contract._status import _Billed, _Sparse
 
 
 class _Frozen(BaseModel):
@@ -100,7 +100,7 @@ class ModelCallFinished(_Record, _Sparse):
     _sparse: ClassVar[tuple[str, ...]] = ("context_ref", "system_ref")
 
 
-class ModelCallFailed(_Record, _Sparse):
+class ModelCallFailed(_Record, _Billed):
     kind: Literal["model_call_failed"] = "model_call_failed"
     turn: int
     model: str
@@ -109,10 +109,6 @@ class ModelCallFailed(_Record, _Sparse):
     retry_after: float | None = None
     message: str
     budget_left: int
-    usage: Usage | None = None
-    """An answer billed before the call failed (in the totals, as ``cost``); None: none."""
-    cost: float | None = None
-    _sparse: ClassVar[tuple[str, ...]] = ("usage", "cost")
 
 
 ToolCallStatus = Literal["ok", "error", "unknown", "refused", "denied", "rejected", "aborted"]
@@ -393,7 +389,7 @@ class CompactionApplied(_Record):
     latency: Latency
 
 
-class CompactionFailed(_Record):
+class CompactionFailed(_Record, _Billed):
     """The summariser call failed; the Run goes on uncompacted until the next trigger."""
 
     kind: Literal["compaction_failed"] = "compaction_failed"

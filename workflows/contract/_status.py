@@ -43,6 +43,19 @@ class _Sparse(_Frozen):
         return data
 
 
+class _Billed(_Sparse):
+    """The record of a failed model call (a turn's, the summariser's) whose answer may have
+    come, billed, before the call failed (storing or returning it failed): its ``usage``
+    and ``cost``, which the Run's totals count. Left out of the JSON while no answer came,
+    so a client of an earlier build still reads the record."""
+
+    usage: Usage | None = None
+    """The billed answer's tokens; None: no answer came."""
+    cost: float | None = None
+    """Its cost; None when no answer came or its price is unknown (never 0 for unknown)."""
+    _sparse: ClassVar[tuple[str, ...]] = ("usage", "cost")
+
+
 class RunStatus(StrEnum):
     """Where a Run is. All but RUNNING and SUSPENDED are terminal."""
 

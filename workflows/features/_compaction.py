@@ -239,7 +239,14 @@ class Compaction(Feature):
             if paid is not None:
                 run.add_usage(paid.usage, paid.cost)
             run.log.add(
-                CompactionFailed(**run.log.stamp(), turn=turn, model=model, error=cause_text(err))
+                CompactionFailed(
+                    **run.log.stamp(),
+                    turn=turn,
+                    model=model,
+                    error=cause_text(err),
+                    usage=None if paid is None else paid.usage,
+                    cost=None if paid is None else paid.cost,
+                )
             )
             return
         run.model_task(None)
