@@ -29,6 +29,7 @@ from psych_runtime.workflows import (
     AbortInput,
     ResumeInput,
     RunHandle,
+    RunState,
     RunStatus,
     SuspensionReason,
 )
@@ -193,4 +194,107 @@ async def test_an_approval_in_the_aborts_activation_never_reaches_an_agent_step(
     assert [r.kind for r in child if r.kind in ("abort_requested", "resumed")] == [
         "abort_requested"
     ]
+    assert written == []
+
+
+async def subagent_suspended_then_stopped(
+    harness: Harness, written: list[str]
+) -> tuple[RunHandle, str]:
+    """A lead whose subagent waits for the approval of its write (call-w, mirrored by the
+    lead), its worker stopped; the lead's Run and the subagent's workflow id."""
+    register_write(harness, written)
+    clerk = (
+        AgentBuilder("clerk", registry=harness.registry)
+        .model("fake-model")
+        .tool("write", interruptible=False)
+        .build()
+    )
+    lead = (
+        AgentBuilder("lead", registry=harness.registry)
+        .model("fake-model")
+        .tool("write", interruptible=False)
+        .subagent("clerk", "Writes the rows it is given.", clerk)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("delegate", {"agent": "clerk", "task": "write r1"})),
+        Reply.tool_calls(ToolCall("write", {"row": "r1"}, id="call-w")),
+        Reply.text("written"),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(lead, "write r1", scope=harness.scope)
+
+        def the_subagents_approval(state: RunState) -> bool:
+            return any(p.id == "call-w" for p in state.pending)
+
+        state = await state_when(
+            harness.client, run, harness.scope, the_subagents_approval, what="call-w mirrored"
+        )
+    (sub,) = {p.run for p in state.pending if p.id == "call-w"}
+    assert sub is not None
+    return run, sub
+
+
+async def signals_received(harness: Harness, workflow_id: str) -> list[str]:
+    history = await harness.client.temporal.get_workflow_handle(workflow_id).fetch_history()
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+
+
+async def test_an_approval_in_the_aborts_activation_never_reaches_a_subagent(
+    harness: Harness,
+) -> None:
+    # From a review of the fix above: a lead AgentRun mirrors its subagent's items as a
+    # workflow does its step's, and its abort winds the subagent down the same way (an
+    # abort signalled once the delegate's wait ends). An approval of the subagent's call
+    # reaching the lead in the abort's own activation was still taken ("approved") and
+    # forwarded to a subagent being aborted.
+    written: list[str] = []
+    run, sub = await subagent_suspended_then_stopped(harness, written)
+    await abort_signalled(harness, run)
+    approving = asyncio.create_task(
+        harness.client.approve(run, "call-w", scope=harness.scope, idempotency_key="ok-sub")
+    )
+    await admitted(harness, run, "ok-sub")
+    async with harness.worker():
+        refusal = await refused(approving)
+        result = await harness.client.result(run, scope=harness.scope)
+        child = (await harness.client.records(sub, scope=harness.scope)).records
+    assert refusal.kind == "NotSuspended", refusal
+    assert f"'call-w' {ABORTED_SAYS}" in str(refusal), refusal
+    assert result.status is RunStatus.ABORTED, result.reason
+    assert [r.kind for r in child if r.kind in ("abort_requested", "resumed")] == [
+        "abort_requested"
+    ]
+    assert await signals_received(harness, sub) == [ABORT]
+    assert written == []
+
+
+async def test_an_approval_signal_in_the_aborts_activation_never_reaches_a_subagent(
+    harness: Harness,
+) -> None:
+    # As a signal, the lead forwarded it ahead of the abort: the subagent recorded bob's
+    # approval ("resumed"), then the abort, and its call was not run.
+    written: list[str] = []
+    run, sub = await subagent_suspended_then_stopped(harness, written)
+    await abort_signalled(harness, run)
+    handle = harness.client.temporal.get_workflow_handle(run.workflow_id)
+    await handle.signal(
+        RESUME,
+        ResumeInput(
+            tenant="acme", reason=SuspensionReason.APPROVAL, id="call-w", approved=True, by="bob"
+        ),
+    )
+    async with harness.worker():
+        result = await harness.client.result(run, scope=harness.scope)
+        child = (await harness.client.records(sub, scope=harness.scope)).records
+    assert result.status is RunStatus.ABORTED, result.reason
+    assert [r.kind for r in child if r.kind in ("abort_requested", "resumed")] == [
+        "abort_requested"
+    ]
+    assert await signals_received(harness, sub) == [ABORT]
     assert written == []

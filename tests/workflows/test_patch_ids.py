@@ -235,6 +235,10 @@ PATCHES: dict[str, str] = {
     # with a preview (workflows/kernel/_tool_result.py, ``rejected``); a Run recorded
     # before showed it whole. Asked only for such a note, as it arrives.
     "psych-rejection-note-bounded": "0.1.0",
+    # Likewise an answer to a lead's subagent's or spawned child's item after the lead's
+    # abort (kernel/_handlers.py); a Run recorded before forwarded it to the child. Asked
+    # only for such an answer.
+    "psych-abort-ends-child-answers": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

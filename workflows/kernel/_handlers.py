@@ -160,7 +160,7 @@ class Handlers(RunBase):
         item = self._check_resume(input)  # again: two updates may pass validation in one task
         # A signal's answer the validator never saw (asked only then: a Run recorded before
         # took it, and on replay takes it again).
-        if self._abort_ended(item) and workflow.patched("psych-abort-ends-answers"):
+        if self._abort_ended(item) and self._abort_refuses_signal(item):
             raise self._suspensions.abort_refusal(input.id)
         match input.reason:
             case SuspensionReason.APPROVAL:
@@ -219,8 +219,20 @@ class Handlers(RunBase):
         an answer that came in the abort's own activation (a worker that was down or busy
         when both were sent) found it still waiting, was told it was taken, and the call
         was then not run, or was. An answer after an abort is refused, whenever it comes
-        (before, only once the wait had ended)."""
-        return self._abort is not None and item.run is None
+        (before, only once the wait had ended). A child's item too: the abort ends its
+        subagents (aborted as the delegate's wait ends) and its spawned children (as the
+        Run settles); taken and forwarded after it, an answer reached the child ahead of
+        the abort or behind it, and an approved call could run under an aborted lead."""
+        return self._abort is not None
+
+    def _abort_refuses_signal(self, item: Pending) -> bool:
+        """Whether a ``psych.resume`` signal answering ``item`` after the abort is refused
+        (the validator refuses the update). Asked only for such a signal: a Run recorded
+        before took it, and on replay takes it again; a child's item asks its own patch,
+        as a lead took those after ``psych-abort-ends-answers`` too."""
+        if item.run is None:
+            return workflow.patched("psych-abort-ends-answers")
+        return workflow.patched("psych-abort-ends-child-answers")
 
     def _check_resume(self, input: ResumeInput) -> Pending:
         _check_names(input)  # first: the other refusals quote the tenant and the id

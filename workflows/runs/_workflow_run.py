@@ -137,12 +137,10 @@ class WorkflowRun(StepRecords):
         if self._running is not None and self._abort is not None:
             self.forward(self._running, ABORT, self._abort)
 
-    def _abort_ended(self, item: Pending) -> bool:
-        # A step's items too: the abort went on to the step (``_aborting``), and every
-        # wait of its ends with it. Taken and forwarded after it, an answer reached the step
-        # before or after the abort (two signals, in either order), and an approved call
-        # could run in an aborted workflow.
-        return self._abort is not None
+    def _abort_refuses_signal(self, item: Pending) -> bool:
+        # A step's items under the first patch: a workflow refused them with its own since
+        # ``psych-abort-ends-answers``, the abort going on to the step (``_aborting``).
+        return workflow.patched("psych-abort-ends-answers")
 
     def _check_steer(self, input: SteerInput) -> None:
         if self._running is None:
