@@ -34,6 +34,11 @@ from psych_runtime.activities.egress._guard import (
     Resolver,
     system_resolver,
 )
+from psych_runtime.activities.egress._proxies import (
+    operator_proxies,
+    proxied_transport,
+    proxy_hosts,
+)
 from psych_runtime.activities.egress._rules import (
     EgressPolicy,
     EgressSettings,
@@ -148,23 +153,40 @@ class Egress:
         key = (tenant if tenant in self.settings.tenants else None, origin)
         client = self._clients.get(key)
         if client is None:
-            transport = Bounded(
-                _httpx_transport(self.guard(key[0], origin)),
-                self.settings.max_response_bytes,
-                self.report,
-            )
+            guard = self.guard(key[0], origin)
             client = httpx.AsyncClient(
-                transport=transport,
+                transport=self._bounded(_httpx_transport(guard)),
+                mounts=self._proxied(guard) if origin == "operator" else None,
                 timeout=httpx.Timeout(60.0),
                 follow_redirects=origin == "spec",
                 max_redirects=MAX_REDIRECTS,
-                # The operator's proxy settings (HTTPS_PROXY, ...) still reach the operator's
-                # own endpoints; a Spec's URLs never go through a proxy, which would hide
-                # the address connected to.
-                trust_env=origin == "operator",
+                trust_env=False,  # the operator's proxies: the mounts
             )
             self._clients[key] = client
         return client
+
+    def _bounded(self, transport: httpx.AsyncBaseTransport) -> Bounded:
+        return Bounded(transport, self.settings.max_response_bytes, self.report)
+
+    def _proxied(self, guard: Guard) -> dict[str, httpx.AsyncBaseTransport | None]:
+        """The operator's proxy settings (``HTTPS_PROXY``, ...) as mounts: its own
+        endpoints go through them, its proxies' hosts reached as those endpoints are; a
+        Spec's URLs never go through a proxy, which would hide the address connected to.
+        Until 12-08 the client was told to trust the environment, which httpx ignores for a
+        client given a transport: no request went through a proxy.
+
+        Raises:
+            SpecError: a proxy psych cannot go through (``operator_proxies``).
+        """
+        mounts = operator_proxies()
+        self.policy.operator_hosts |= proxy_hosts(mounts)
+        limits = (_MAX_CONNECTIONS, _MAX_KEEPALIVE, _KEEPALIVE_SECONDS)
+        return {
+            pattern: None
+            if url is None
+            else self._bounded(proxied_transport(url, guard, _tls(), limits=limits))
+            for pattern, url in mounts.items()
+        }
 
     def mcp_client(
         self,
