@@ -332,6 +332,9 @@ class ToolCall(_Call):
             else:
                 # asyncio.CancelledError (a BaseException): the call was cancelled, not failed.
                 self._error = "cancelled"
+        if self._span is not None:
+            # A call ended without an outcome has its status on the span too.
+            self._span.set_attribute("psych.tool.status", self._status)
         self._close(exc)
         self._instruments.tool_calls.add(1, {**self._metric, "psych.tool.status": self._status})
 
