@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.metrics import CallbackOptions, Counter, MeterProvider, Observation
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -53,6 +53,8 @@ from temporalio.contrib.opentelemetry import (
 from temporalio.exceptions import FailureError
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
     ExecuteWorkflowInput,
     Interceptor,
     WorkflowInboundInterceptor,
@@ -60,7 +62,7 @@ from temporalio.worker import (
 )
 
 from psych_runtime.activities.contract import ErrorType
-from psych_runtime.activities.telemetry import instrument, uninstrument
+from psych_runtime.activities.telemetry import carry_run_labels, instrument, uninstrument
 from psych_runtime.specs import PsychError, SpecError, env_flag
 from psych_runtime.workflows import TRACING_EXTERN
 
@@ -358,6 +360,9 @@ class _TelemetryInterceptor(Interceptor):
         self._settled = settled
         self._tracing = tracing
 
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _RunLabels(next) if self._tracing else next
+
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
@@ -383,6 +388,20 @@ class _TelemetryInterceptor(Interceptor):
                 return result
 
         return _Settled
+
+
+class _RunLabels(ActivityInboundInterceptor):
+    """Runs each activity without the baggage Temporal's tracing interceptor (outside this
+    one) extracted from its headers, its Run labels kept for psych's spans: a library that
+    propagates the context in its requests (the MCP SDK, in each request's ``_meta``)
+    sends none of them to a server."""
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        token = context.attach(carry_run_labels())
+        try:
+            return await super().execute_activity(input)
+        finally:
+            context.detach(token)
 
 
 def _is_run_failure(err: FailureError) -> bool:

@@ -5,9 +5,13 @@ client span; nothing is recorded until ``instrument`` is called (``psych_runtime
 does it when telemetry is configured).
 """
 
+from psych_runtime.activities.telemetry._labels import (
+    RUN_ATTRIBUTES,
+    carry_run_labels,
+    run_attributes,
+)
 from psych_runtime.activities.telemetry._spans import (
     INSTRUMENTATION_NAME,
-    RUN_ATTRIBUTES,
     ChatCall,
     HttpCall,
     ToolCall,
@@ -15,7 +19,6 @@ from psych_runtime.activities.telemetry._spans import (
     egress_refused,
     http_span,
     instrument,
-    run_attributes,
     tool_span,
     traced_tool,
     uninstrument,
@@ -27,6 +30,7 @@ __all__ = [
     "INSTRUMENTATION_NAME",
     "RUN_ATTRIBUTES",
     "ToolCall",
+    "carry_run_labels",
     "chat_span",
     "egress_refused",
     "http_span",

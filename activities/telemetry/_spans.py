@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from opentelemetry import baggage, context, trace
+from opentelemetry import context, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import Counter, Histogram, MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import (
@@ -49,12 +49,14 @@ from psych_runtime.activities.contract import (
     ModelFailure,
     ToolOutcome,
 )
+from psych_runtime.activities.telemetry._labels import (
+    RUN_ATTRIBUTES,
+    RUN_LABELS,
+    carried_labels,
+    run_attributes,
+)
 
 INSTRUMENTATION_NAME = "psych_runtime"
-RUN_ATTRIBUTES = ("psych.run_id", "psych.tenant", "psych.agent", "psych.version", "psych.turn")
-"""The Run attributes of every psych span; the workflow side sends the last three (and the
-first two) as baggage under these names."""
-
 # Bucket boundaries the gen_ai conventions recommend for these two histograms.
 _TOKEN_BUCKETS = tuple(float(4**n) for n in range(14))
 _DURATION_BUCKETS = (
@@ -152,20 +154,6 @@ def uninstrument() -> None:
     _installed = None
 
 
-def run_attributes(run_id: str, tenant: str, turn: int | None = None) -> dict[str, AttributeValue]:
-    """The ``psych.*`` attributes of a span of this Run: the baggage the workflow sent,
-    with the activity input's run id, tenant and turn (when it has one) taking precedence."""
-    attributes: dict[str, AttributeValue] = {}
-    for key, value in baggage.get_all().items():
-        if key in RUN_ATTRIBUTES and isinstance(value, str):
-            attributes[key] = int(value) if key == "psych.turn" and value.isdigit() else value
-    attributes["psych.run_id"] = run_id
-    attributes["psych.tenant"] = tenant
-    if turn is not None:
-        attributes["psych.turn"] = turn
-    return attributes
-
-
 class _Call:
     """One model or tool call's span and metrics, from ``__enter__`` to ``__exit__``."""
 
@@ -180,8 +168,11 @@ class _Call:
     def _open(self, name: str, kind: SpanKind, attributes: Mapping[str, AttributeValue]) -> None:
         self._started = time.monotonic()
         self._span = self._instruments.tracer.start_span(name, kind=kind, attributes=attributes)
-        # Current for the call, so spans made under it (an HTTP tool's request) nest in it.
-        self._token = context.attach(trace.set_span_in_context(self._span))
+        # Current for the call, so spans made under it (an HTTP tool's request) nest in it
+        # and carry its Run labels.
+        labels = {key: attributes[key] for key in RUN_ATTRIBUTES if key in attributes}
+        ctx = context.set_value(RUN_LABELS, labels, trace.set_span_in_context(self._span))
+        self._token = context.attach(ctx)
 
     def _fail(self, error_type: str, description: str) -> None:
         self._error = error_type
@@ -361,6 +352,7 @@ class HttpCall:
     ) -> None:
         self._instruments = instruments
         self._attributes: dict[str, AttributeValue] = {
+            **carried_labels(),  # the Run's labels, from the tool call's span around it
             "http.request.method": method,
             # The arguments filled into the path are the user's data, as the tool call's
             # arguments are: only with contents on; else the tool's own URL, unfilled.

@@ -1,4 +1,6 @@
-"""What a real Run's spans carry: the tool call's status on a cancelled call's span."""
+"""What a real Run's spans carry, and what they do not send: the Run's labels on every
+span psych makes (an HTTP tool's request too), the tool call's status on a cancelled call's
+span, and none of the Run's baggage in what goes to an MCP server."""
 
 from __future__ import annotations
 
@@ -11,16 +13,67 @@ from psych_runtime.specs import AgentBuilder, Scope
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
+from tests.mcp.fixture import McpTestServer
 
+from ._http_server import CountingServer, refund_tool
 from .conftest import Harness
 from .test_tracing import (  # noqa: F401 (pytest finds fixtures by name)
     Traced,
+    _children,
     _one,
+    orders_api,
     traced,
     traced_client,
 )
 
 pytestmark = pytest.mark.e2e
+
+_LABELS = ("psych.run_id", "psych.tenant", "psych.agent", "psych.version", "psych.turn")
+
+
+async def test_an_http_tools_request_span_carries_the_runs_labels(
+    harness: Harness,
+    traced: Traced,  # noqa: F811 (the fixture)
+    traced_client: PsychClient,  # noqa: F811 (the fixture)
+    orders_api: CountingServer,  # noqa: F811 (the fixture)
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = (
+        AgentBuilder("refunder", registry=harness.registry)
+        .model("fake-model")
+        .http_tool(
+            "refund",
+            **refund_tool(orders_api.url),
+            input_schema={
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}},
+                "required": ["order_id"],
+            },
+        )
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("refund", {"order_id": "42"}, id="c-r")), Reply.text("done")
+    )
+    async with run_worker(traced_client.temporal, harness.settings):
+        run = await traced_client.dispatch(spec, "refund 42", scope=scope)
+        result = await traced_client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    every = traced.spans.get_finished_spans()
+    tool = _one(
+        [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant],
+        "execute_tool refund",
+    )
+    assert tool.attributes is not None
+    (post,) = _children(every, tool)
+    assert post.name == "POST" and post.attributes is not None
+    labels = {key: post.attributes.get(key) for key in _LABELS}
+    assert labels == {key: tool.attributes[key] for key in _LABELS}
+    assert labels["psych.run_id"] == run.run_id and labels["psych.turn"] == 1
+    # Nothing of the trace went to the HTTP tool's server.
+    (seen,) = orders_api.seen
+    assert not {"traceparent", "tracestate", "baggage"} & set(seen.headers)
 
 
 async def test_a_cancelled_tool_calls_span_says_cancelled(
@@ -61,3 +114,37 @@ async def test_a_cancelled_tool_calls_span_says_cancelled(
     assert tool.attributes.get("psych.tool.status") == "cancelled"
     root = _one(mine, "invoke_agent exporter")
     assert root.attributes is not None and root.attributes["psych.status"] == "aborted"
+
+
+async def test_an_mcp_server_gets_none_of_the_runs_baggage(
+    harness: Harness,
+    traced: Traced,  # noqa: F811 (the fixture)
+    traced_client: PsychClient,  # noqa: F811 (the fixture)
+    mcp_http_server: McpTestServer,
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+    spec = (
+        AgentBuilder("mcp-labels")
+        .model("fake-model")
+        .mcp_server("tools", mcp_http_server.url)
+        .build()
+    )
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("tools__echo", {"text": "hi"})), Reply.text("done")
+    )
+    async with run_worker(traced_client.temporal, harness.settings):
+        run = await traced_client.dispatch(spec, "hello", scope=scope)
+        result = await traced_client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    meta = mcp_http_server.meta_keys()
+    assert "tools/call" in meta, meta
+    sent = {key for keys in meta.values() for key in keys}
+    assert "baggage" not in sent, meta
+    # The call is still traced: the SDK's client span nests in the tool call's.
+    every = traced.spans.get_finished_spans()
+    tool = _one(
+        [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant],
+        "execute_tool tools__echo",
+    )
+    assert [s.name for s in _children(every, tool)] == ["MCP send tools/call echo"]

@@ -92,6 +92,11 @@ class McpTestServer:
         interrupted: list[str] = self.state()["interrupted"]
         return interrupted
 
+    def meta_keys(self) -> dict[str, list[str]]:
+        """Per JSON-RPC method, the keys the requests' ``_meta`` carried."""
+        meta: dict[str, list[str]] = self.state()["meta"]
+        return meta
+
     def add_tool(self, name: str) -> int:
         """Register a tool ``name`` (it echoes ``text``) and send ``tools/list_changed`` to
         every open session; return how many sessions were told."""

@@ -33,10 +33,11 @@ A plain-HTTP JSON control surface on the same port lets a test observe and steer
 
 - ``GET /control/state``: ``{"calls": {tool: n}, "bearers": {session id: [token, ...]},
   "cancellations": [{"request_id", "reason", "tool"}], "interrupted": [tool, ...],
-  "tools": [name, ...]}``.
+  "tools": [name, ...], "meta": {method: [key of its params' ``_meta``, ...]}}``.
 - ``POST /control/add_tool`` ``{"name": ...}``: registers a tool ``name`` (it echoes
   ``text``) and sends ``notifications/tools/list_changed`` to every open session.
-- ``POST /control/reset``: forgets calls, bearers, cancellations and added tools.
+- ``POST /control/reset``: forgets calls, bearers, cancellations, ``_meta`` keys and added
+  tools.
 - ``POST /control/refuse`` ``{"methods": [...], "status": n, "location": "..."}``: answers
   503 (or ``status``, with ``location`` as its ``Location`` when given) to every MCP POST
   carrying one of those JSON-RPC methods (``[]`` ends it; reset too).
@@ -118,6 +119,9 @@ class State:
     # only, and the SDK cancels the handler before the notification reaches the middleware.
     requested: dict[tuple[str, str], str] = field(default_factory=dict)
     added: list[str] = field(default_factory=list)
+    # Per JSON-RPC method, the keys its requests' ``_meta`` carried (what a client sent
+    # the server beside the arguments: a trace context, baggage, a progress token).
+    meta: dict[str, set[str]] = field(default_factory=dict)
     # Per MCP session id, the latest request's session proxy (the SDK builds one per
     # request): list_changed goes out on each one's standalone channel.
     sessions: dict[str, ServerSession] = field(default_factory=dict)
@@ -140,6 +144,7 @@ class State:
         self.cancellations.clear()
         self.interrupted.clear()
         self.requested.clear()
+        self.meta.clear()
         self.refused.clear()
         self.refused_status, self.refused_location = 503, None
 
@@ -164,6 +169,8 @@ def build_server(state: State, filler: int, resumable: bool = False) -> MCPServe
         if session_id is not None:
             state.sessions[session_id] = ctx.session
         params = ctx.params or {}
+        meta = params.get("_meta")
+        state.meta.setdefault(ctx.method, set()).update(meta if isinstance(meta, dict) else ())
         if ctx.method == "tools/call":
             name = str(params.get("name"))
             state.calls[name] += 1
@@ -293,6 +300,7 @@ def control_app(server: MCPServer, state: State) -> Starlette:
                 "cancellations": state.cancellations,
                 "interrupted": state.interrupted,
                 "tools": tools,
+                "meta": {method: sorted(keys) for method, keys in state.meta.items()},
             }
         )
 
