@@ -1,10 +1,12 @@
 """What a real Run's spans carry, and what they do not send: the Run's labels on every
 span psych makes (an HTTP tool's request too), the tool call's status on a cancelled call's
-span, and none of the Run's baggage in what goes to an MCP server."""
+span, each execution's mark on a Run continued as new, and none of the Run's baggage in
+what goes to an MCP server."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 
 import pytest
@@ -148,3 +150,49 @@ async def test_an_mcp_server_gets_none_of_the_runs_baggage(
         "execute_tool tools__echo",
     )
     assert [s.name for s in _children(every, tool)] == ["MCP send tools/call echo"]
+
+
+async def test_a_run_continued_as_new_marks_each_execution_that_did_not_settle(
+    harness: Harness,
+    traced: Traced,  # noqa: F811 (the fixture)
+    traced_client: PsychClient,  # noqa: F811 (the fixture)
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    scope = Scope(tenant=tenant)
+
+    @harness.registry.register
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return f"{term} = 42"
+
+    spec = AgentBuilder("chain", registry=harness.registry).model("fake-model").tool("lookup")
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("lookup", {"term": "a"})),
+        Reply.tool_calls(ToolCall("lookup", {"term": "b"})),
+        Reply.text("done"),
+    )
+    async with run_worker(traced_client.temporal, harness.settings):
+        run = await traced_client.dispatch(
+            spec.build(), "look a and b up", scope=scope, continue_after_events=1
+        )
+        result = await traced_client.result(run, scope=scope)
+    assert result.status is RunStatus.COMPLETED
+    every = traced.spans.get_finished_spans()
+    mine = [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant]
+    runs = sorted(
+        (s for s in mine if s.name == "invoke_agent chain"), key=lambda s: s.start_time or 0
+    )
+    assert len(runs) == 3, [s.name for s in mine]  # one execution per turn
+    *continued, settled = runs
+    for span in continued:
+        assert span.attributes is not None
+        assert span.attributes.get("psych.continued_as_new") is True
+        assert "psych.status" not in span.attributes
+    assert settled.attributes is not None
+    assert settled.attributes["psych.status"] == "completed"
+    assert "psych.continued_as_new" not in settled.attributes
+    # Each execution's Run span nests in the turn the one before it ended with.
+    for before, after in itertools.pairwise(runs):
+        (turn,) = _children(mine, before)
+        assert after.parent is not None and turn.context is not None
+        assert after.parent.span_id == turn.context.span_id

@@ -114,6 +114,11 @@ class RunTrace:
         except Exception as err:
             span.set_status(StatusCode.ERROR, f"{type(err).__name__}: {err}")
             raise
+        except workflow.ContinueAsNewError:
+            # The Run goes on in a new execution, whose Run span nests under this one's
+            # current turn: this span ends here, unsettled, and says why.
+            span.set_attribute("psych.continued_as_new", True)
+            raise
         finally:
             self._close_inner()
             _detach(token)
