@@ -73,9 +73,12 @@ async def test_an_http_tools_request_span_carries_the_runs_labels(
     labels = {key: post.attributes.get(key) for key in _LABELS}
     assert labels == {key: tool.attributes[key] for key in _LABELS}
     assert labels["psych.run_id"] == run.run_id and labels["psych.turn"] == 1
-    # Nothing of the trace went to the HTTP tool's server.
+    # Nothing of the trace went to the HTTP tool's server, nor to the model provider.
+    trace_headers = {"traceparent", "tracestate", "baggage"}
     (seen,) = orders_api.seen
-    assert not {"traceparent", "tracestate", "baggage"} & set(seen.headers)
+    assert not trace_headers & set(seen.headers)
+    assert harness.fake.headers, "the model calls' headers were recorded"
+    assert not any(trace_headers & set(headers) for headers in harness.fake.headers)
 
 
 async def test_a_cancelled_tool_calls_span_says_cancelled(
