@@ -181,7 +181,11 @@ class Telemetry:
             plugins.append(OpenTelemetryPlugin(add_temporal_spans=self.temporal_spans))
         if self.tracer_provider is not None or self.meter_provider is not None:
             plugins.append(
-                _TelemetryPlugin(self.meter_provider, tracing=self.tracer_provider is not None)
+                _TelemetryPlugin(
+                    self.meter_provider,
+                    tracing=self.tracer_provider is not None,
+                    content=self.content,
+                )
             )
         return plugins
 
@@ -338,7 +342,9 @@ class _TelemetryPlugin(SimplePlugin):
     """Marks the worker's workflows as traced and counts settled Runs
     (``psych.runs.settled``) on it."""
 
-    def __init__(self, meter_provider: MeterProvider | None, *, tracing: bool) -> None:
+    def __init__(
+        self, meter_provider: MeterProvider | None, *, tracing: bool, content: bool = False
+    ) -> None:
         settled = None
         if meter_provider is not None:
             settled = meter_provider.get_meter(METER_NAME).create_counter(
@@ -347,18 +353,24 @@ class _TelemetryPlugin(SimplePlugin):
                 description="Runs that settled, by psych.status (completed, failed, aborted, ...).",
             )
         super().__init__(
-            "psych_runtime.Telemetry", interceptors=[_TelemetryInterceptor(settled, tracing)]
+            "psych_runtime.Telemetry",
+            interceptors=[_TelemetryInterceptor(settled, tracing, content)],
         )
 
 
-def _traced() -> bool:
+def _traced_with_content() -> bool:
     return True
 
 
+def _traced_without_content() -> bool:
+    return False
+
+
 class _TelemetryInterceptor(Interceptor):
-    def __init__(self, settled: Counter | None, tracing: bool) -> None:
+    def __init__(self, settled: Counter | None, tracing: bool, content: bool) -> None:
         self._settled = settled
         self._tracing = tracing
+        self._content = content
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _RunLabels(next) if self._tracing else next
@@ -367,7 +379,9 @@ class _TelemetryInterceptor(Interceptor):
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
         if self._tracing:
-            input.unsafe_extern_functions[TRACING_EXTERN] = _traced
+            # What it answers: whether contents (a failed Run's reason) go on the Run's spans.
+            traced = _traced_with_content if self._content else _traced_without_content
+            input.unsafe_extern_functions[TRACING_EXTERN] = traced
         if self._settled is None:
             return None
         settled: Counter = self._settled

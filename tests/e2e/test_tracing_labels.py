@@ -1,7 +1,7 @@
 """What a real Run's spans carry, and what they do not send: the Run's labels on every
 span psych makes (an HTTP tool's request too), the tool call's status on a cancelled call's
-span, each execution's mark on a Run continued as new, and none of the Run's baggage in
-what goes to an MCP server."""
+span, each execution's mark on a Run continued as new, a failed Run's reason on its span only
+with contents on, and none of the Run's baggage in what goes to an MCP server."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import itertools
 import uuid
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 
-from psych_runtime.specs import AgentBuilder, Scope
+from psych_runtime.specs import AgentBuilder, RunFailed, Scope, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
+from psych_runtime.workers import install_telemetry
 from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 from tests.mcp.fixture import McpTestServer
@@ -199,3 +201,54 @@ async def test_a_run_continued_as_new_marks_each_execution_that_did_not_settle(
         (turn,) = _children(mine, before)
         assert after.parent is not None and turn.context is not None
         assert after.parent.span_id == turn.context.span_id
+
+
+async def test_a_failed_runs_reason_is_on_its_span_only_with_contents_on(
+    harness: Harness,
+    traced: Traced,  # noqa: F811 (the fixture)
+    traced_client: PsychClient,  # noqa: F811 (the fixture)
+) -> None:
+    @harness.registry.register
+    def create_account(plan: str) -> str:
+        """Create an account on a plan."""
+        raise ValueError(f"card 4111 1111 1111 1111 of Ada Lovelace declined for {plan}")
+
+    spec = (
+        WorkflowBuilder("signup", registry=harness.registry)
+        .tool("create_account")
+        .tool_step("create", "create_account", {"plan": "gold"})
+        .build()
+    )
+
+    def run_span(tenant: str) -> ReadableSpan:
+        every = traced.spans.get_finished_spans()
+        mine = [s for s in every if s.attributes and s.attributes.get("psych.tenant") == tenant]
+        span = _one(mine, "invoke_workflow signup")
+        assert span.attributes is not None and span.attributes["psych.status"] == "failed"
+        assert span.status.status_code.name == "ERROR"
+        return span
+
+    # Contents off (the default): the tool's error text is on no span.
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:8]}")
+    async with run_worker(traced_client.temporal, harness.settings):
+        run = await traced_client.dispatch(spec, "sign Ada up", scope=scope)
+        with pytest.raises(RunFailed, match="4111"):
+            await traced_client.result(run, scope=scope)
+    every = traced.spans.get_finished_spans()
+    for span in every:
+        assert "4111" not in (span.status.description or ""), span.name
+        assert not any("4111" in str(v) for v in (span.attributes or {}).values()), span.name
+    assert "4111" not in (run_span(scope.tenant).status.description or "")
+
+    # Contents on: the reason is the Run span's status description, as it is the Run's.
+    install_telemetry(
+        tracer_provider=traced.telemetry.tracer_provider,
+        meter_provider=traced.telemetry.meter_provider,
+        content=True,
+    )
+    scope = Scope(tenant=f"t{uuid.uuid4().hex[:8]}")
+    async with harness.worker():  # a worker adds the plugins of the telemetry installed
+        run = await harness.client.dispatch(spec, "sign Ada up", scope=scope)
+        with pytest.raises(RunFailed):
+            await harness.client.result(run, scope=scope)
+    assert "4111" in (run_span(scope.tenant).status.description or "")

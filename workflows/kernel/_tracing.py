@@ -42,7 +42,9 @@ with workflow.unsafe.imports_passed_through():
 INSTRUMENTATION_NAME = "psych_runtime.workflows"
 TRACING_EXTERN = "psych_runtime.tracing"
 """The extern function a worker traced by psych registers (``workers/_telemetry.py``): its
-presence, not its value, says the worker's Runs record spans."""
+presence says the worker's Runs record spans, its answer whether contents go on them
+(``PSYCH_OTEL_CONTENT``: a failed Run's reason, which may quote a tool's or a provider's
+error text)."""
 
 
 class RunTrace:
@@ -52,6 +54,7 @@ class RunTrace:
 
     def __init__(self) -> None:
         self._span: Span | None = None
+        self._content = False
         self._labels: dict[str, str] = {}
         self._inner: tuple[Span, Token[Context]] | None = None
 
@@ -69,10 +72,11 @@ class RunTrace:
             version: the Version hash.
         """
         provider = trace.get_tracer_provider()
-        traced = TRACING_EXTERN in workflow.extern_functions()
-        if not traced or not isinstance(provider, ReplaySafeTracerProvider):
+        traced = workflow.extern_functions().get(TRACING_EXTERN)
+        if traced is None or not isinstance(provider, ReplaySafeTracerProvider):
             yield
             return
+        self._content = bool(traced())
         ctx = context.get_current()
         for key, value in (
             ("psych.run_id", run_id),
@@ -131,7 +135,10 @@ class RunTrace:
         if self._span is not None:
             self._span.set_attribute("psych.status", outcome.status.value)
             if outcome.status is RunStatus.FAILED:
-                self._span.set_status(StatusCode.ERROR, outcome.reason)
+                # The reason quotes what failed (a tool's error text, a provider's answer):
+                # contents, as a tool call's result is.
+                reason = outcome.reason if self._content else "the Run failed"
+                self._span.set_status(StatusCode.ERROR, reason)
         return outcome
 
     def turn(self, turn: int) -> None:
