@@ -10,12 +10,10 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, Plugin
-from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
+from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Plugin as WorkerPlugin
@@ -28,6 +26,7 @@ from psych_runtime.testing import Reply
 from psych_runtime.workers import SANDBOX_PASSTHROUGH, PsychPlugin, run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 
+from ._global_tracer import exporting_to
 from .conftest import Harness
 
 pytestmark = pytest.mark.e2e
@@ -41,16 +40,9 @@ SPANS = InMemorySpanExporter()
 
 @pytest.fixture(scope="module")
 def tracing() -> None:
-    """The replay-safe global tracer provider Temporal's tracing plugin requires.
-
-    OpenTelemetry accepts one global provider per process (later ones are ignored), and
-    nothing else in the suite traces, so it is installed once and left in place.
-    """
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return
-    provider = create_tracer_provider()
-    provider.add_span_processor(SimpleSpanProcessor(SPANS))
-    trace.set_tracer_provider(provider)
+    """The replay-safe global tracer provider Temporal's tracing plugin requires, with
+    ``SPANS`` on it (another module may have installed the provider in this process)."""
+    exporting_to(SPANS)
 
 
 @pytest.fixture

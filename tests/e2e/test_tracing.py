@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 
 from psych_runtime.activities.tools import RulePolicy
@@ -35,6 +32,7 @@ from psych_runtime.workers._worker import run_worker
 from psych_runtime.workflows import PsychClient, RunStatus
 from tests.mcp.fixture import McpTestServer
 
+from ._global_tracer import exporting_to
 from ._http_server import CountingServer, refund_tool
 from ._waiting import eventually, is_suspended, state_when
 from .conftest import Harness
@@ -50,31 +48,13 @@ class Traced:
 
 
 _EXPORTER = InMemorySpanExporter()
-_ATTACHED: list[ReplaySafeTracerProvider] = []
-
-
-def _global_provider() -> ReplaySafeTracerProvider:
-    """The process's replay-safe global tracer provider, with this module's exporter on it.
-
-    OpenTelemetry allows one global provider per process, and another e2e module
-    (test_plugin_composition) may have installed one already: it is reused, not replaced."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, ReplaySafeTracerProvider):
-        provider = current
-    else:
-        provider = create_tracer_provider()
-        trace.set_tracer_provider(provider)
-    if provider not in _ATTACHED:
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        _ATTACHED.append(provider)
-    return provider
 
 
 @pytest.fixture
 def traced() -> Iterator[Traced]:
     reader = InMemoryMetricReader()
     telemetry = install_telemetry(
-        tracer_provider=_global_provider(),
+        tracer_provider=exporting_to(_EXPORTER),
         meter_provider=MeterProvider(metric_readers=[reader]),
     )
     _EXPORTER.clear()
