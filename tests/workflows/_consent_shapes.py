@@ -23,7 +23,14 @@ from psych_runtime.activities.tokens import LocalTokenStore
 from psych_runtime.specs import AgentBuilder, McpOAuth, Scope, WorkflowSpec
 from psych_runtime.testing import FakeModel, Reply, ToolCall
 from psych_runtime.workers import WorkerSettings, run_worker
-from psych_runtime.workflows import Pending, PsychClient, RunHandle
+from psych_runtime.workflows import (
+    RESUME,
+    Pending,
+    PsychClient,
+    ResumeInput,
+    RunHandle,
+    SuspensionReason,
+)
 from tests.mcp.consent_fixture import CLIENT, Consenting, consenting, follow
 
 
@@ -232,6 +239,42 @@ async def mcp_consent_refused_optional_at_turn(
         )
         run = await rig.client.dispatch(spec, "Who am I?", scope=scope)
         await _refused(rig, run)
+        return run
+
+    return await _with_consent(rig, temporal, scope, body)
+
+
+async def mcp_consent_note_bounded(rig: ConsentRig, temporal: Client, scope: Scope) -> RunHandle:
+    """An optional server's consent refused by signal with a 4,080-character note, then
+    with a short one: behind ``psych-consent-note-bounded`` the first is ignored (its marker;
+    over ``MAX_CONSENT_NOTE_CHARS``) and the second taken, the model told it; recorded
+    before the patch (``..._before_patch``) the first was taken, told whole, the second
+    ignored as an answer to an item no longer waiting."""
+
+    async def body(pair: Consenting) -> RunHandle:
+        rig.fake.enqueue(Reply.text("Answered without the CRM."))
+        spec = (
+            rig.agent("consent")
+            .mcp_server("crm", pair.server.url, oauth=_oauth(pair), optional=True)
+            .build()
+        )
+        run = await rig.client.dispatch(spec, "Who am I?", scope=scope)
+        item = await rig.suspended(run)
+        handle = temporal.get_workflow_handle(run.workflow_id)
+        long = "".join(
+            f"Reason {n:03d}: the CRM holds data under a legal hold.\n" for n in range(80)
+        )
+        for note in (long, "not this CRM, please"):
+            refusal = ResumeInput(
+                reason=SuspensionReason.AUTHORIZATION,
+                id=item.id,
+                tenant=scope.tenant,
+                by="ops",
+                approved=False,
+                note=note,
+            )
+            await handle.signal(RESUME, refusal)
+        await rig.settle(run)
         return run
 
     return await _with_consent(rig, temporal, scope, body)

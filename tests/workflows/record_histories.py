@@ -1608,6 +1608,14 @@ async def mcp_consent_refused_optional_at_turn_noted(rig: Rig) -> RunHandle:
     return await consent_shapes.mcp_consent_refused_optional_at_turn(rig, rig.env.client, SCOPE)
 
 
+async def mcp_consent_note_bounded_before_patch(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_consent_note_bounded(rig, rig.env.client, SCOPE)
+
+
+async def mcp_consent_note_bounded(rig: Rig) -> RunHandle:
+    return await consent_shapes.mcp_consent_note_bounded(rig, rig.env.client, SCOPE)
+
+
 async def a2a_peer_called(rig: Rig) -> RunHandle:
     # A scripted a2a-sdk peer on loopback (tests/a2a/peer.py): its card fetched at each
     # boundary (psych.a2a.cards, a local activity), one skill narrowed out by allow, a
@@ -3450,6 +3458,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-rejection-note-bounded (the old branch); never re-record it.
     ("dev", approval_note_bounded_before_patch),
     ("dev", approval_note_bounded),
+    # Recorded before psych-consent-note-bounded (the old branch); never re-record it.
+    ("dev", mcp_consent_note_bounded_before_patch),
+    ("dev", mcp_consent_note_bounded),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

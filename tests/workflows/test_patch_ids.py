@@ -239,6 +239,11 @@ PATCHES: dict[str, str] = {
     # abort (kernel/_handlers.py); a Run recorded before forwarded it to the child. Asked
     # only for such an answer.
     "psych-abort-ends-child-answers": "0.1.0",
+    # A refusal of an MCP server's consent by signal whose note is over
+    # MAX_CONSENT_NOTE_CHARS is ignored, the item still waiting, as the update's validator
+    # refuses it (workflows/kernel/_handlers.py); a Run recorded before took it and told the
+    # model the whole note. Asked only for such a signal.
+    "psych-consent-note-bounded": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

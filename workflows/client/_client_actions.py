@@ -60,7 +60,7 @@ from psych_runtime.workflows.contract._contract import (
     RunHandle,
     RunState,
     SteerInput,
-    size_problem,
+    sent_problem,
 )
 from psych_runtime.workflows.contract._records import SuspensionReason
 
@@ -203,7 +203,7 @@ class RunActions(abc.ABC):
         keyed = update_id(name, idempotency_key)
         id = keyed or f"{name}@{uuid.uuid4()}"
         workflow_id, handle = self._handle(run, scope)
-        problem = size_problem(arg)
+        problem = sent_problem(arg)
         if problem is not None:
             raise Refused(RefusalKind.TOO_LARGE, f"{workflow_id}: {problem}")
         try:

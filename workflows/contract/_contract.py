@@ -48,6 +48,7 @@ from psych_runtime.workflows.contract._records import (
     Pending,
     Record,
     RunStatus,
+    SuspensionReason,
     Totals,
 )
 from psych_runtime.workflows.contract._status import _Sparse
@@ -144,6 +145,11 @@ def refusal(kind: RefusalKind, message: str) -> ApplicationError:
 
 MAX_TEXT_CHARS = 65_536
 """Longest note, answer or steer message an update takes (history and queries carry it)."""
+MAX_CONSENT_NOTE_CHARS = 1_000
+"""Longest note a refusal of an MCP server's consent takes (``authorization``,
+``approved=False``): the Run repeats it to the model at every later call of that server,
+in the reason of a Run it fails, and across continue-as-new. The OAuth callback's note (an
+authorization server's error and description, ``workers._oauth_callback``) is within it."""
 MAX_PAYLOAD_BYTES = 262_144
 """Largest external-completion payload, as JSON."""
 MAX_NAME_CHARS = 1_024
@@ -171,7 +177,8 @@ class ResumeInput(_Frozen):
     approved: bool | None = None
     """Approvals: True runs the call, False settles it rejected."""
     note: str | None = None
-    """Approvals: a reason the model is told when rejected."""
+    """Approvals: a reason the model is told when rejected. A refusal of an MCP server's
+    consent: why, at most ``MAX_CONSENT_NOTE_CHARS``."""
     answer: str | None = None
     """Questions: the answer."""
     payload: Any = None
@@ -264,6 +271,29 @@ def size_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
         if text is not None and len(text) > MAX_TEXT_CHARS:
             return f"{name} is {len(text)} characters; at most {MAX_TEXT_CHARS} are taken"
     return None
+
+
+def consent_note_problem(input: ResumeInput) -> str | None:
+    """Whether ``input`` refuses an MCP server's consent with a note over
+    ``MAX_CONSENT_NOTE_CHARS`` (None: it does not). The Run's resume validator refuses such
+    a request (and, since the patch ``psych-consent-note-bounded``, its signal twin); until
+    12-08 a note of up to ``MAX_TEXT_CHARS`` was taken and repeated to the model whole."""
+    refusal = input.reason is SuspensionReason.AUTHORIZATION and input.approved is False
+    if not refusal or input.note is None or len(input.note) <= MAX_CONSENT_NOTE_CHARS:
+        return None
+    return (
+        f"note is {len(input.note)} characters; a refusal of an MCP server's consent takes "
+        f"at most {MAX_CONSENT_NOTE_CHARS}"
+    )
+
+
+def sent_problem(input: ResumeInput | AbortInput | SteerInput) -> str | None:
+    """What ``PsychClient`` refuses before sending an update: ``size_problem``, then
+    ``consent_note_problem``, as the Run's validators would."""
+    problem = size_problem(input)
+    if problem is None and isinstance(input, ResumeInput):
+        problem = consent_note_problem(input)
+    return problem
 
 
 # --- input and output ----------------------------------------------------------------------

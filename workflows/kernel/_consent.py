@@ -22,7 +22,9 @@ of retrying: a tool call is settled rejected (the model reads why), a discovery 
 Run (or, the server optional, leaves it out: a turn's model is told why). A Run recorded
 before took such an answer as a consent: it had the code exchanged (none had arrived),
 retried, and asked again (patch ``psych-consent-refused``, asked where a refusal
-arrives).
+arrives). The refusal's note, told to the model at every later call of the server, is at
+most ``MAX_CONSENT_NOTE_CHARS``: the Run's resume handlers refuse a longer one
+(``consent_note_problem``).
 """
 
 from __future__ import annotations

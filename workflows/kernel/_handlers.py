@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunState,
         SteerInput,
+        consent_note_problem,
         name_problem,
         refusal,
         size_problem,
@@ -212,6 +213,7 @@ class Handlers(RunBase):
             # took would change its history (the signal asks a patch for it).
             if _blank_answer(input, pending):
                 raise refusal(RefusalKind.BAD_RESUME, "an answer needs answer text: it is blank")
+            _check_consent_note(input)
 
     def _abort_ended(self, item: Pending) -> bool:
         """Whether the Run's abort ended the wait of ``item``. Every wait of the Run's own
@@ -248,7 +250,9 @@ class Handlers(RunBase):
     def _resume_signalled(self, input: ResumeInput) -> ResumeResult:
         """A signal's resume: as the update's, and a blank answer to the model's question
         is ignored as the update's validator refuses it (the question still waits). A Run
-        recorded before took it: patch ``psych-signal-blank-answer``, asked only for one."""
+        recorded before took it: patch ``psych-signal-blank-answer``, asked only for one.
+        So is a refusal of a consent whose note is over its bound (``consent_note_problem``):
+        patch ``psych-consent-note-bounded``, asked only for one."""
         if _blank_answer(input, self._check_resume(input)) and workflow.patched(
             "psych-signal-blank-answer"
         ):
@@ -256,6 +260,10 @@ class Handlers(RunBase):
                 RefusalKind.BAD_RESUME,
                 f"an answer to {input.id!r} needs answer text: it is blank (still waiting)",
             )
+        if consent_note_problem(input) is not None and workflow.patched(
+            "psych-consent-note-bounded"
+        ):
+            _check_consent_note(input)
         return self._resume(input)
 
     @workflow.update(name=ABORT)
@@ -472,6 +480,12 @@ def _check_size(input: ResumeInput | AbortInput | SteerInput) -> None:
     problem = size_problem(input)
     if problem is not None:
         raise refusal(RefusalKind.TOO_LARGE, problem)
+
+
+def _check_consent_note(input: ResumeInput) -> None:
+    problem = consent_note_problem(input)
+    if problem is not None:
+        raise refusal(RefusalKind.TOO_LARGE, f"{problem} ({input.id!r} still waiting)")
 
 
 def _as_signal(name: str, action: Callable[[Any], object], input: Any) -> None:
