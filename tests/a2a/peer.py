@@ -11,6 +11,8 @@ the text it receives:
   in the task completes it with ``answered: <reply>`` (a reply ``slow:<seconds>`` after
   sleeping that long, so the task works on after the answer);
 - ``big:<n>``: completes with an artifact of ``n`` characters;
+- ``slowbig:<seconds>:<n>``: sleeps that long, then as ``big:<n>`` (a caller's hold over,
+  its poller reads the answer);
 - ``slow:<seconds>``: sleeps that long, then completes;
 - ``later:<seconds>:<question>``: sleeps that long, then goes ``input-required``;
 - ``fail``: the task fails with ``cannot do that``;
@@ -155,6 +157,11 @@ class _Scripted(AgentExecutor):
                 [new_text_part("x" * int(text.removeprefix("big:")))], name="blob"
             )
             await updater.complete(say("here is the big one"))
+        elif text.startswith("slowbig:"):
+            seconds, _, size = text.removeprefix("slowbig:").partition(":")
+            await asyncio.sleep(float(seconds))
+            await updater.add_artifact([new_text_part("x" * int(size))], name="blob")
+            await updater.complete(say("here is the slow big one"))
         elif text.startswith("later:"):
             seconds, _, question = text.removeprefix("later:").partition(":")
             await asyncio.sleep(float(seconds))
