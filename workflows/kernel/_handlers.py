@@ -216,15 +216,12 @@ class Handlers(RunBase):
             _check_consent_note(input)
 
     def _abort_ended(self, item: Pending) -> bool:
-        """Whether the Run's abort ended the wait of ``item``. Every wait of the Run's own
-        ends with an abort (``Suspensions.hold``), but only once its coroutine runs again:
-        an answer that came in the abort's own activation (a worker that was down or busy
-        when both were sent) found it still waiting, was told it was taken, and the call
-        was then not run, or was. An answer after an abort is refused, whenever it comes
-        (before, only once the wait had ended). A child's item too: the abort ends its
-        subagents (aborted as the delegate's wait ends) and its spawned children (as the
-        Run settles); taken and forwarded after it, an answer reached the child ahead of
-        the abort or behind it, and an approved call could run under an aborted lead."""
+        """Whether the Run's abort ended the wait of ``item``: every wait ends with an abort
+        (``Suspensions.hold``), but only once its coroutine runs again, so an answer in the
+        abort's own activation (a worker down or busy when both were sent) was told it was
+        taken and the call then not run, or run. Refused whenever it comes; a child's item
+        too (the abort ends subagents and spawned children; a forwarded answer reached the
+        child ahead of the abort or behind it, and an approved call could run)."""
         return self._abort is not None
 
     def _abort_refuses_signal(self, item: Pending) -> bool:
