@@ -8,11 +8,14 @@ requests and the Runs' records."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from psych_runtime.activities import LocalBlobStore
 from psych_runtime.activities.tools import RulePolicy
 from psych_runtime.specs import AgentBuilder, AgentSpec, RunFailed, WorkflowBuilder
 from psych_runtime.testing import Reply, ToolCall
@@ -171,3 +174,51 @@ async def test_a_childs_call_rejected_through_its_parent_is_bounded(harness: Har
     assert deleted == []
     assert len(shown) == 2, shown
     assert PREFIX + LONG_NOTE in shown[1]
+
+
+class _FailingPuts(LocalBlobStore):
+    """A blob store whose next ``failures`` puts fail, once set."""
+
+    failures = 0
+
+    async def put(self, data: bytes) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the blob volume is gone")
+        return await super().put(data)
+
+
+async def test_a_rejection_that_cannot_be_stored_is_read_cut_and_the_run_goes_on(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # From a review: psych.tool.store_result failing through its retries (the blob store
+    # down) raised out of the turn and failed the whole Run, the rejected call left without
+    # its tool_call_finished; before the bound, a rejection never touched the blob store.
+    blobs = _FailingPuts(tmp_path / "failing-blobs")
+    harness.settings = dataclasses.replace(harness.settings, blobs=blobs)
+    deleted: list[str] = []
+    spec = _orders(harness, deleted)
+    shown: list[str] = []
+    harness.fake.responder = _reader(shown)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "delete 7", scope=harness.scope)
+        await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda state: [p.id for p in state.pending] == ["c1"],
+            what="c1 waiting for approval",
+            within=20,
+        )
+        blobs.failures = 3  # every attempt of psych.tool.store_result (SAFE_TOOL_RETRY)
+        await harness.client.deny(run, "c1", scope=harness.scope, note=LONG_NOTE)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    assert deleted == []
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert finished.status == "rejected" and not finished.truncated
+    assert finished.content.startswith((PREFIX + LONG_NOTE)[:1000])
+    assert "the blob volume is gone" in finished.content
+    assert len(finished.content.encode()) < 1300, finished.content[-300:]
+    assert shown == [finished.content]

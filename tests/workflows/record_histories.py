@@ -813,6 +813,48 @@ async def approval_note_bounded(rig: Rig) -> RunHandle:
     return await approval_note_bounded_before_patch(rig)
 
 
+class _DownBlobs(LocalBlobStore):
+    """A blob store whose next ``failures`` puts fail, once set (the store down)."""
+
+    failures = 0
+
+    async def put(self, data: bytes) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the blob volume is gone")
+        return await super().put(data)
+
+
+async def approval_note_unstored_before_patch(rig: Rig) -> RunHandle:
+    """``approval_note_bounded``'s rejection while the blob store is down:
+    ``psych.tool.store_result`` fails on its three attempts and the Run settles FAILED.
+    Recorded at 43d3296, before psych-rejection-unstored-read: the old branch."""
+    blobs = _DownBlobs(rig.home / "blobs")
+    rig.settings.blobs = blobs
+    note = "".join(
+        f"Reason {n:02d}: the order is under a legal hold, as said.\n" for n in range(36)
+    )
+    rig.settings.policy = RulePolicy(destructive="ask")
+    spec = rig.agent("orders").tool("delete_order").limits(large_result_bytes=1000).build()
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("delete_order", {"order_id": "42"})),
+        Reply.text("Order 42 stays: it is under a legal hold."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Delete order 42", scope=SCOPE)
+        pending = await rig.suspended(run)
+        blobs.failures = 3  # every attempt of psych.tool.store_result
+        await rig.client.deny(run, pending.id, scope=SCOPE, note=note)
+        await rig.settle(run)
+    return run
+
+
+async def approval_note_unstored(rig: Rig) -> RunHandle:
+    """The same, behind psych-rejection-unstored-read: its marker after the store's last
+    failure, the call ``rejected`` with the note cut at the bound; answered."""
+    return await approval_note_unstored_before_patch(rig)
+
+
 async def approval_under_a_repeated_id(rig: Rig) -> RunHandle:
     # Two calls of one turn under one id: the second is not run (patch
     # psych-unique-call-ids), the first waits for its approval alone.
@@ -3461,6 +3503,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-consent-note-bounded (the old branch); never re-record it.
     ("dev", mcp_consent_note_bounded_before_patch),
     ("dev", mcp_consent_note_bounded),
+    # Recorded before psych-rejection-unstored-read (the old branch); never re-record it.
+    ("dev", approval_note_unstored_before_patch),
+    ("dev", approval_note_unstored),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -244,6 +244,10 @@ PATCHES: dict[str, str] = {
     # refuses it (workflows/kernel/_handlers.py); a Run recorded before took it and told the
     # model the whole note. Asked only for such a signal.
     "psych-consent-note-bounded": "0.1.0",
+    # Such a note the blob store could not store (store_result failing through its
+    # retries) is read cut at the bound, the Run going on (workflows/kernel/_tool_calls.py,
+    # ``_authorize``); a Run recorded before failed. Asked only on that failure.
+    "psych-rejection-unstored-read": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

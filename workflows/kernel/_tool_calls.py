@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         inline,
         rejected,
         unknown_tool,
+        unstored_rejection,
     )
     from psych_runtime.workflows.kernel._tracing import RunTrace
     from psych_runtime.workflows.kernel._view import FeatureView
@@ -315,7 +316,17 @@ class ToolCalls(FeatureView):
         )
         if answer.approved:
             return None
-        return await rejected(call, answer.note, self._limits.large_result_bytes)
+        limit = self._limits.large_result_bytes
+        try:
+            return await rejected(call, answer.note, limit)
+        except ActivityError as err:
+            # The blob store down through the store's retries: a rejection is no failure
+            # of the Run, the model reads it cut (since psych-rejection-unstored-read,
+            # asked only then; a Run recorded before failed).
+            cancelled = isinstance(err.__cause__, CancelledError)
+            if cancelled or not workflow.patched("psych-rejection-unstored-read"):
+                raise
+            return unstored_rejection(call, answer.note, limit, cause_text(err))
 
     async def _external(
         self, call: ToolCallRequest, outcome: ToolOutcome, code: bool, arguments: dict[str, Any]

@@ -105,9 +105,14 @@ async def rejected(call: ToolCallRequest, note: str | None, limit: int) -> ToolR
     ``psych.tool.store_result`` and the model shown a handle with a preview, as any large
     result (since the patch ``psych-rejection-note-bounded``, asked only for such a note:
     until 12-07 a note of up to an update's 256 KB reached the model whole). Still
-    ``rejected``, and kept out of the repeat guard as before (``guarded_ref``)."""
-    said = f" Their note: {note}" if note else ""
-    text = f"An approver rejected this call.{said}"
+    ``rejected``, and kept out of the repeat guard as before (``guarded_ref``).
+
+    Raises:
+        ActivityError: the store failed through its retries (the blob store down): the
+            caller makes the result ``unstored_rejection`` (since the patch
+            ``psych-rejection-unstored-read``), the Run going on.
+    """
+    text = rejection_text(note)
     if not (over_bound(text, limit) and workflow.patched("psych-rejection-note-bounded")):
         return inline(call, "rejected", text, counts=False)
     outcome = await calls.store_result(
@@ -121,6 +126,25 @@ async def rejected(call: ToolCallRequest, note: str | None, limit: int) -> ToolR
         content=outcome.content,
         outcome=outcome,
     )
+
+
+def rejection_text(note: str | None) -> str:
+    """What the model reads of a call an approver rejected, with their ``note``."""
+    said = f" Their note: {note}" if note else ""
+    return f"An approver rejected this call.{said}"
+
+
+def unstored_rejection(call: ToolCallRequest, note: str | None, limit: int, why: str) -> ToolResult:
+    """The result of a rejection over ``limit`` that ``psych.tool.store_result`` could not
+    store (``why``: its failure): still ``rejected``, its first ``limit`` bytes, and why the
+    rest is not there to read. The whole note stays in the Run's ``resumed`` record."""
+    whole = rejection_text(note).encode(errors="replace")
+    cut = whole[:limit].decode(errors="ignore")
+    text = (
+        f"{cut}\n\n[Cut here, at {limit} of its {len(whole)} bytes (the Run's "
+        f"large_result_bytes); the whole could not be stored for read_tool_output: {why}]"
+    )
+    return inline(call, "rejected", text, counts=False)
 
 
 def guarded_ref(result: ToolResult) -> str | None:
