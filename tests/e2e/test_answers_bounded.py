@@ -6,7 +6,9 @@ times the default bound). Read from the fake model's requests and the Run's reco
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from psych_runtime.workflows import RunStatus, ToolCallFinished
 
 from ._waiting import state_when
 from .conftest import Harness
+from .test_rejections_bounded import _FailingPuts
 
 pytestmark = pytest.mark.e2e
 
@@ -86,3 +89,39 @@ async def test_an_answer_within_large_result_bytes_is_shown_whole(harness: Harne
     assert shown == [SHORT_ANSWER]
     (asked,) = [r for r in records if isinstance(r, ToolCallFinished) and r.tool == "ask_question"]
     assert asked.status == "ok" and not asked.truncated
+
+
+async def test_an_answer_that_cannot_be_stored_is_read_cut_and_the_run_goes_on(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # From a review: psych.tool.store_result failing through its retries (the blob store
+    # down) raised out of the turn and failed the whole Run, the call left without its
+    # tool_call_finished; before the bound, an answer never touched the blob store.
+    blobs = _FailingPuts(tmp_path / "failing-blobs")
+    harness.settings = dataclasses.replace(harness.settings, blobs=blobs)
+    harness.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "The log?"}, id="q1")),
+        Reply.text("done"),
+    )
+    async with harness.worker():
+        run = await harness.client.dispatch(_asker(1000).build(), "go", scope=harness.scope)
+        await state_when(
+            harness.client,
+            run,
+            harness.scope,
+            lambda state: bool(state.pending),
+            what="the question pending",
+            within=20,
+        )
+        blobs.failures = 3  # every attempt of psych.tool.store_result (SAFE_TOOL_RETRY)
+        await harness.client.answer(run, "q1", LONG_ANSWER, scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (asked,) = [r for r in records if isinstance(r, ToolCallFinished)]
+    assert asked.status == "ok" and not asked.truncated
+    assert asked.content.startswith(LONG_ANSWER[:1000])
+    assert "the blob volume is gone" in asked.content
+    assert len(asked.content.encode()) < 1300, asked.content[-300:]
+    tool = [m["content"] for m in harness.fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert tool == [asked.content]

@@ -855,6 +855,38 @@ async def approval_note_unstored(rig: Rig) -> RunHandle:
     return await approval_note_unstored_before_patch(rig)
 
 
+async def question_answer_unstored_before_patch(rig: Rig) -> RunHandle:
+    """``question_answer_bounded``'s answer while the blob store is down:
+    ``psych.tool.store_result`` fails on its three attempts and the Run settles FAILED.
+    Recorded at 43d3296, before psych-answer-unstored-read: the old branch."""
+    blobs = _DownBlobs(rig.home / "blobs")
+    rig.settings.blobs = blobs
+    answer = "".join(f"Line {n:02d} of the log you asked for, as pasted.\n" for n in range(40))
+    spec = (
+        rig.agent("asker")
+        .suspension(may_ask_questions=True)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+    rig.fake.enqueue(
+        Reply.tool_calls(ToolCall("ask_question", {"question": "The log?"})),
+        Reply.text("The log says the job ran."),
+    )
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Why did the job stop?", scope=SCOPE)
+        pending = await rig.suspended(run)
+        blobs.failures = 3  # every attempt of psych.tool.store_result
+        await rig.client.answer(run, pending.id, answer, scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def question_answer_unstored(rig: Rig) -> RunHandle:
+    """The same, behind psych-answer-unstored-read: its marker after the store's last
+    failure, the answer ``ok`` cut at the bound; answered."""
+    return await question_answer_unstored_before_patch(rig)
+
+
 async def approval_under_a_repeated_id(rig: Rig) -> RunHandle:
     # Two calls of one turn under one id: the second is not run (patch
     # psych-unique-call-ids), the first waits for its approval alone.
@@ -3506,6 +3538,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-rejection-unstored-read (the old branch); never re-record it.
     ("dev", approval_note_unstored_before_patch),
     ("dev", approval_note_unstored),
+    # Recorded before psych-answer-unstored-read (the old branch); never re-record it.
+    ("dev", question_answer_unstored_before_patch),
+    ("dev", question_answer_unstored),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -5,7 +5,9 @@ The call suspends the Run (a ``question`` item) until a person answers through
 shown whole within ``large_result_bytes``, else stored by ``psych.tool.store_result`` and
 shown as a handle with a preview, as any tool's large result (since the patch
 ``psych-answer-bounded``, asked only for such an answer: until 12-07 an answer of up to an
-update's 256 KB reached the model whole, whatever the bound).
+update's 256 KB reached the model whole, whatever the bound). Should the store fail
+through its retries (the blob store down), the model reads the answer cut at the bound,
+told why (``unstored``; since the patch ``psych-answer-unstored-read``): the Run goes on.
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
     from psych_runtime.workflows.contract._records import SuspensionReason
     from psych_runtime.workflows.kernel._feature import Builtin, Feature
+    from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._tool_result import (
         ToolResult,
         inline,
         over_bound,
         stored,
+        unstored,
     )
 
 ASK_QUESTION = ToolDefinition(
@@ -76,5 +81,14 @@ class Questions(Feature):
         limit = self.run.limits.large_result_bytes
         if over_bound(text, limit) and workflow.patched("psych-answer-bounded"):
             summary = f"store the answer {call.name} {call.id} returns"
-            return await stored(call, text, limit, summary=summary)
+            try:
+                return await stored(call, text, limit, summary=summary)
+            except ActivityError as err:
+                # The blob store down through the store's retries: the model reads the
+                # answer cut (since psych-answer-unstored-read, asked only then; a Run
+                # recorded before failed).
+                cancelled = isinstance(err.__cause__, CancelledError)
+                if cancelled or not workflow.patched("psych-answer-unstored-read"):
+                    raise
+                return unstored(call, "ok", text, limit, cause_text(err))
         return inline(call, "ok", text)

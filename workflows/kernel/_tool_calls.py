@@ -63,8 +63,9 @@ with workflow.unsafe.imports_passed_through():
         from_outcome,
         inline,
         rejected,
+        rejection_text,
         unknown_tool,
-        unstored_rejection,
+        unstored,
     )
     from psych_runtime.workflows.kernel._tracing import RunTrace
     from psych_runtime.workflows.kernel._view import FeatureView
@@ -326,7 +327,8 @@ class ToolCalls(FeatureView):
             cancelled = isinstance(err.__cause__, CancelledError)
             if cancelled or not workflow.patched("psych-rejection-unstored-read"):
                 raise
-            return unstored_rejection(call, answer.note, limit, cause_text(err))
+            text = rejection_text(answer.note)
+            return unstored(call, "rejected", text, limit, cause_text(err))
 
     async def _external(
         self, call: ToolCallRequest, outcome: ToolOutcome, code: bool, arguments: dict[str, Any]

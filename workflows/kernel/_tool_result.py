@@ -109,7 +109,7 @@ async def rejected(call: ToolCallRequest, note: str | None, limit: int) -> ToolR
 
     Raises:
         ActivityError: the store failed through its retries (the blob store down): the
-            caller makes the result ``unstored_rejection`` (since the patch
+            caller makes the result ``unstored`` (since the patch
             ``psych-rejection-unstored-read``), the Run going on.
     """
     text = rejection_text(note)
@@ -134,17 +134,21 @@ def rejection_text(note: str | None) -> str:
     return f"An approver rejected this call.{said}"
 
 
-def unstored_rejection(call: ToolCallRequest, note: str | None, limit: int, why: str) -> ToolResult:
-    """The result of a rejection over ``limit`` that ``psych.tool.store_result`` could not
-    store (``why``: its failure): still ``rejected``, its first ``limit`` bytes, and why the
-    rest is not there to read. The whole note stays in the Run's ``resumed`` record."""
-    whole = rejection_text(note).encode(errors="replace")
+def unstored(
+    call: ToolCallRequest, status: ToolCallStatus, text: str, limit: int, why: str
+) -> ToolResult:
+    """A result the workflow made (``text``: a rejection with the approver's note, a
+    person's answer) over ``limit`` that ``psych.tool.store_result`` could not store
+    (``why``: its failure through its retries, the blob store down): its first ``limit``
+    bytes, and why the rest is not there to read; no failure of the tool. The whole stays
+    in the Run's ``resumed`` record, where a person's words always are."""
+    whole = text.encode(errors="replace")
     cut = whole[:limit].decode(errors="ignore")
-    text = (
+    said = (
         f"{cut}\n\n[Cut here, at {limit} of its {len(whole)} bytes (the Run's "
         f"large_result_bytes); the whole could not be stored for read_tool_output: {why}]"
     )
-    return inline(call, "rejected", text, counts=False)
+    return inline(call, status, said, counts=False)
 
 
 def guarded_ref(result: ToolResult) -> str | None:
