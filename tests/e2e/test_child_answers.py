@@ -4,12 +4,15 @@ any large tool result does: a handle with a preview, read on with ``read_tool_ou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from psych_runtime.activities import LocalBlobStore
 from psych_runtime.specs import AgentBuilder
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus, ToolCallFinished
@@ -96,3 +99,41 @@ async def test_wait_childrens_large_endings_are_stored_and_read_back(harness: Ha
     # Read back whole (after the slice's header line): the endings, the answer in them.
     (ending,) = json.loads(back[back.index("[{") :])
     assert ending["status"] == "completed" and ending["answer"] == REPORT
+
+
+class _ReportDown(LocalBlobStore):
+    """A blob store that cannot take ``REPORT`` whole (the lead's store of the answer)."""
+
+    async def put(self, data: bytes) -> str:
+        if data == REPORT.encode():
+            raise OSError("the blob volume is gone")
+        return await super().put(data)
+
+
+async def test_a_childs_answer_that_cannot_be_stored_is_read_cut_and_the_run_goes_on(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # From a review: psych.tool.store_result failing through its retries (the blob store
+    # down) raised out of the lead's turn and failed it, the child's answer lost to it.
+    harness.settings = dataclasses.replace(harness.settings, blobs=_ReportDown(tmp_path / "b"))
+    worker = _agent("worker").build()
+    spec = (
+        _agent("lead")
+        .subagent("worker", "Writes long reports, for tests only.", worker)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+    read: list[str] = []
+    delegate = ToolCall("delegate", {"agent": "worker", "task": "report"})
+    harness.fake.responder = _lead_reads_back([delegate], read)
+    async with harness.worker():
+        run = await harness.client.dispatch(spec, "go", scope=harness.scope)
+        result = await harness.client.result(run, scope=harness.scope)
+        records = (await harness.client.records(run, scope=harness.scope)).records
+    assert result.status is RunStatus.COMPLETED, result.reason
+    (finished,) = [r for r in records if isinstance(r, ToolCallFinished) and r.tool == "delegate"]
+    assert finished.status == "ok" and not finished.truncated
+    assert finished.content.startswith(REPORT[:1000])
+    assert "the blob volume is gone" in finished.content
+    assert len(finished.content.encode()) < 1300, finished.content[-300:]
+    assert read == [finished.content]

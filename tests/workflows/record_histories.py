@@ -887,6 +887,60 @@ async def question_answer_unstored(rig: Rig) -> RunHandle:
     return await question_answer_unstored_before_patch(rig)
 
 
+class _ReportDown(LocalBlobStore):
+    """A blob store that cannot take the one blob ``report`` (the lead's store of it)."""
+
+    report = b""
+
+    async def put(self, data: bytes) -> str:
+        if data == self.report:
+            raise OSError("the blob volume is gone")
+        return await super().put(data)
+
+
+async def delegate_answer_unstored_before_patch(rig: Rig) -> RunHandle:
+    """A subagent's 4,690-byte answer under the lead's ``large_result_bytes=1000`` while
+    the blob store cannot take it: ``psych.tool.store_result`` fails on its three attempts
+    and the lead settles FAILED. Recorded at 43d3296, before
+    psych-child-answer-unstored-read: the old branch."""
+    rig.settings.endpoints = ModelEndpoints(
+        default=Endpoint(base_url=rig.fake.base_url, api_key="delegate-recorder-key")
+    )
+    report = "".join(f"order {n} is delivered\n" for n in range(200))
+    blobs = _ReportDown(rig.home / "blobs")
+    blobs.report = report.encode()
+    rig.settings.blobs = blobs
+    researcher = rig.agent("researcher").build()
+    spec = (
+        rig.agent("lead")
+        .subagent("researcher", "Looks orders up and reports their status.", researcher)
+        .limits(large_result_bytes=1000)
+        .build()
+    )
+
+    def respond(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last = messages[-1]
+        if not any(m["role"] == "tool" for m in messages) and last["role"] == "user":
+            if "status of 42?" in last["content"]:
+                return Reply.text(report)  # the subagent
+            task = {"agent": "researcher", "task": "status of 42?"}
+            return Reply.tool_calls(ToolCall("delegate", task))
+        return Reply.text("Order 42 is delivered, as far as shown.")
+
+    rig.fake.responder = respond
+    async with rig.worker():
+        run = await rig.client.dispatch(spec, "Hello", scope=SCOPE)
+        await rig.settle(run)
+    return run
+
+
+async def delegate_answer_unstored(rig: Rig) -> RunHandle:
+    """The same, behind psych-child-answer-unstored-read: its marker after the store's
+    last failure, the answer ``ok`` cut at the bound; answered."""
+    return await delegate_answer_unstored_before_patch(rig)
+
+
 async def approval_under_a_repeated_id(rig: Rig) -> RunHandle:
     # Two calls of one turn under one id: the second is not run (patch
     # psych-unique-call-ids), the first waits for its approval alone.
@@ -3541,6 +3595,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-answer-unstored-read (the old branch); never re-record it.
     ("dev", question_answer_unstored_before_patch),
     ("dev", question_answer_unstored),
+    # Recorded before psych-child-answer-unstored-read (the old branch); never re-record it.
+    ("dev", delegate_answer_unstored_before_patch),
+    ("dev", delegate_answer_unstored),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -252,6 +252,11 @@ PATCHES: dict[str, str] = {
     # read cut at the bound, the Run going on (workflows/features/_questions.py); a Run
     # recorded before failed. Asked only on that failure.
     "psych-answer-unstored-read": "0.1.0",
+    # A child's answer (delegate, wait_children) over large_result_bytes the blob store
+    # could not store is read cut at the bound, the Run going on
+    # (workflows/features/_subagents.py, ``answer_result``); a Run recorded before failed.
+    # Asked only on that failure.
+    "psych-child-answer-unstored-read": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -68,12 +69,14 @@ with workflow.unsafe.imports_passed_through():
     from psych_runtime.workflows.kernel._feature import Builtin, Feature, RunView
     from psych_runtime.workflows.kernel._handles import handed_on
     from psych_runtime.workflows.kernel._outcome import Stop
+    from psych_runtime.workflows.kernel._run_base import cause_text
     from psych_runtime.workflows.kernel._suspensions import Wait, expires_at
     from psych_runtime.workflows.kernel._tool_result import (
         ToolResult,
         inline,
         over_bound,
         stored,
+        unstored,
     )
     from psych_runtime.workflows.kernel._wind_down import (
         ChildEnding,
@@ -247,13 +250,22 @@ async def answer_result(run: RunView, call: ToolCallRequest, text: str) -> ToolR
 
     Until 12-06 it was shown whole, whatever its size (an audit: a subagent's 50 KB report
     reached a lead whose ``large_result_bytes`` was 1000). The patch is asked only for an
-    answer over the bound, as the child's ending arrives (an event's task).
+    answer over the bound, as the child's ending arrives (an event's task). Should the store
+    fail through its retries (the blob store down), the model reads the answer cut at the
+    bound, told why (``unstored``; since ``psych-child-answer-unstored-read``, asked only
+    then: a Run recorded before failed there, the child's answer lost to it).
     """
     limit = run.limits.large_result_bytes
     if not over_bound(text, limit) or not workflow.patched("psych-child-answers-stored"):
         return inline(call, "ok", text)
     summary = f"store the answer {call.name} {call.id} returns"
-    return await stored(call, text, limit, summary=summary)
+    try:
+        return await stored(call, text, limit, summary=summary)
+    except ActivityError as err:
+        cancelled = isinstance(err.__cause__, CancelledError)
+        if cancelled or not workflow.patched("psych-child-answer-unstored-read"):
+            raise
+        return unstored(call, "ok", text, limit, cause_text(err))
 
 
 def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:
