@@ -35,6 +35,7 @@ from psych_runtime.activities.egress._guard import (
     system_resolver,
 )
 from psych_runtime.activities.egress._proxies import (
+    Bypassing,
     operator_proxies,
     proxied_transport,
     proxy_hosts,
@@ -154,9 +155,10 @@ class Egress:
         client = self._clients.get(key)
         if client is None:
             guard = self.guard(key[0], origin)
+            straight = self._bounded(_httpx_transport(guard))
             client = httpx.AsyncClient(
-                transport=self._bounded(_httpx_transport(guard)),
-                mounts=self._proxied(guard) if origin == "operator" else None,
+                transport=straight,
+                mounts=self._proxied(guard, straight) if origin == "operator" else None,
                 timeout=httpx.Timeout(60.0),
                 follow_redirects=origin == "spec",
                 max_redirects=MAX_REDIRECTS,
@@ -168,24 +170,31 @@ class Egress:
     def _bounded(self, transport: httpx.AsyncBaseTransport) -> Bounded:
         return Bounded(transport, self.settings.max_response_bytes, self.report)
 
-    def _proxied(self, guard: Guard) -> dict[str, httpx.AsyncBaseTransport | None]:
+    def _proxied(
+        self, guard: Guard, straight: httpx.AsyncBaseTransport
+    ) -> dict[str, httpx.AsyncBaseTransport | None]:
         """The operator's proxy settings (``HTTPS_PROXY``, ...) as mounts: its own
         endpoints go through them, its proxies' hosts reached as those endpoints are; a
         Spec's URLs never go through a proxy, which would hide the address connected to.
         Until 12-08 the client was told to trust the environment, which httpx ignores for a
-        client given a transport: no request went through a proxy.
+        client given a transport: no request went through a proxy. A URL whose host is an
+        address in one of ``NO_PROXY``'s networks goes ``straight`` (the client's transport).
 
         Raises:
-            SpecError: a proxy psych cannot go through (``operator_proxies``).
+            SpecError: a proxy psych cannot go through, or a ``NO_PROXY`` entry that is no
+                host, address or network (``operator_proxies``).
         """
-        mounts = operator_proxies()
-        self.policy.operator_hosts |= proxy_hosts(mounts)
+        proxies = operator_proxies()
+        self.policy.operator_hosts |= proxy_hosts(proxies.mounts)
         limits = (_MAX_CONNECTIONS, _MAX_KEEPALIVE, _KEEPALIVE_SECONDS)
+
+        def through(url: str) -> httpx.AsyncBaseTransport:
+            proxied = self._bounded(proxied_transport(url, guard, _tls(), limits=limits))
+            return Bypassing(proxied, straight, proxies.networks) if proxies.networks else proxied
+
         return {
-            pattern: None
-            if url is None
-            else self._bounded(proxied_transport(url, guard, _tls(), limits=limits))
-            for pattern, url in mounts.items()
+            pattern: None if url is None else through(url)
+            for pattern, url in proxies.mounts.items()
         }
 
     def mcp_client(

@@ -106,3 +106,64 @@ async def test_a_proxy_the_client_cannot_go_through_is_refused_naming_its_variab
         "client goes through http or https proxies only"
     )
     await port.aclose()
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        (
+            {"HTTPS_PROXY": "http://ops:s3cret@proxy.example:abc"},
+            "HTTPS_PROXY: not a proxy URL (Invalid port: 'abc')",
+        ),
+        ({"HTTP_PROXY": "http://ops:s3cret@"}, "HTTP_PROXY: a proxy URL with no host"),
+        (
+            {"HTTPS_PROXY": "http://127.0.0.1:3128", "NO_PROXY": "example.com, internal:abc"},
+            "NO_PROXY: 'internal:abc' is not a host, address or network (Invalid port: 'abc')",
+        ),
+        (
+            {"HTTPS_PROXY": "http://127.0.0.1:3128", "no_proxy": "10.0.0.0/99"},
+            "no_proxy: '10.0.0.0/99' is not a network (an address, a slash and the prefix length)",
+        ),
+        # Both spellings set: the lower case one is the one in force (urllib's rule), and
+        # the one named.
+        (
+            {"HTTPS_PROXY": "http://127.0.0.1:3128", "https_proxy": "socks5://127.0.0.1:1080"},
+            "https_proxy=socks5://127.0.0.1:1080: a 'socks5' proxy; the model endpoints' "
+            "client goes through http or https proxies only",
+        ),
+    ],
+)
+async def test_a_proxy_setting_the_client_cannot_use_is_refused_naming_its_variable(
+    no_proxies: None, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], message: str
+) -> None:
+    # Before, an unparsable proxy or NO_PROXY entry stopped the worker with httpx's
+    # InvalidURL traceback naming no variable, and a proxy with no host was taken.
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    port = Egress(operator_hosts=frozenset({"127.0.0.1"}))
+    with pytest.raises(SpecError) as refused:
+        port.http(None, "operator")
+    assert str(refused.value) == message
+    await port.aclose()
+
+
+async def test_an_address_in_a_no_proxy_network_goes_straight(
+    servers: tuple[Server, Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # httpx's mounts take "127.0.0.0/8" as the one address 127.0.0.0, and refuse an IPv6
+    # network ("fd00::/8": InvalidURL when the client is made).
+    origin, proxy = servers
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.setenv("NO_PROXY", "fd00::/8, 127.0.0.0/8")
+    port = Egress(EgressSettings(), operator_hosts=frozenset({"127.0.0.1", "localhost"}))
+    try:
+        client = port.http(None, "operator")
+        straight = f"http://127.0.0.1:{origin.port}/v1/models"
+        assert (await client.get(straight)).text == "origin"
+        # A name is not matched by address: through the proxy.
+        named = f"http://localhost:{origin.port}/v1/models"
+        assert (await client.get(named)).text == "proxy"
+    finally:
+        await port.aclose()
+    assert origin.lines == ["GET /v1/models HTTP/1.1"]
+    assert proxy.lines == [f"GET {named} HTTP/1.1"]
