@@ -10,6 +10,7 @@ spent it.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
@@ -17,6 +18,7 @@ from psych_runtime.activities import ModelPrice, TablePricing
 from psych_runtime.specs import AgentBuilder, RunFailed
 from psych_runtime.testing import Reply, Usage
 from psych_runtime.workers.console import format_record
+from psych_runtime.workers.console._live import RunProgress
 from psych_runtime.workflows import ModelCallFailed, RunStatus
 
 from .conftest import Harness
@@ -54,3 +56,15 @@ async def test_a_billed_answer_that_failed_its_call_shows_its_usage_and_cost(
     assert (call.usage.input_tokens, call.usage.output_tokens) == (1000, 500)
     assert call.cost == pytest.approx(expected_cost)
     assert sum(c.cost or 0.0 for c in report.model_calls) == pytest.approx(report.totals.cost)
+    # `psych follow`'s live status line ("tokens and cost so far") counts it as the totals
+    # do: before, it counted finished calls only, and showed 0 tokens for this Run.
+    progress = RunProgress()
+    for record in records:
+        progress.add(record)
+    assert report.totals.usage is not None
+    assert (progress.input_tokens, progress.output_tokens) == (
+        report.totals.usage.input_tokens,
+        report.totals.usage.output_tokens,
+    )
+    assert progress.cost == pytest.approx(report.totals.cost)
+    assert "1000 in / 500 out tokens" in progress.status_line(datetime.now(UTC)).plain

@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from psych_runtime.activities import Usage
 from psych_runtime.specs import printable
 from psych_runtime.workers.console._display import live_tasks
 from psych_runtime.workers.console._render import Output, command_text, styled_line
@@ -127,15 +128,12 @@ class RunProgress:
             case ModelCallFinished():
                 self.model = None
                 self.writing.clear()  # the record's line replaces the text as it was written
-                self.input_tokens += record.usage.input_tokens
-                self.output_tokens += record.usage.output_tokens
-                if record.cost is None:
-                    self.cost_unknown = True
-                else:
-                    self.cost = (self.cost or 0.0) + record.cost
+                self._spent(record.usage, record.cost)
             case ModelCallFailed():
                 self.model = None
                 self.writing.clear()
+                if record.usage is not None:  # its answer came, billed, before it failed
+                    self._spent(record.usage, record.cost)
             case ToolCallStarted():
                 self.tools.append(record.tool)
             case ToolCallFinished():
@@ -169,6 +167,15 @@ class RunProgress:
                 pass
             case _:
                 assert_never(record)
+
+    def _spent(self, usage: Usage, cost: float | None) -> None:
+        """Count a model call's answer: its tokens, and its cost (None: price unknown)."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        if cost is None:
+            self.cost_unknown = True
+        else:
+            self.cost = (self.cost or 0.0) + cost
 
     def doing(self) -> str:
         """What the Run does now, in a few words."""
