@@ -5,7 +5,9 @@ case one winning when both are set), read as httpx reads them for a client with 
 of its own (its ``get_environment_proxies``): httpx ignores them for a client given a
 transport, and every client of the egress port has one (its guarded pool), so the port
 builds the proxied pools itself. A ``NO_PROXY`` network (``10.0.0.0/8``, ``fd00::/8``), which
-httpx's mounts cannot express, sends the addresses in it straight (``Bypassing``). Only the
+httpx's mounts cannot express, sends the addresses in it straight (``Bypassing``); so do
+``localhost`` and loopback addresses, always (``LOOPBACK``, as Go's proxy rules have it: a
+model server on the worker's own host, ``psych dev --fake-model``'s among them). Only the
 operator's endpoints (model calls) go through them; a Spec's URLs never do (a proxy would
 hide the address connected to from the policy). The proxies' hosts are the operator's,
 reached as its endpoints are.
@@ -32,6 +34,13 @@ PROXY_SCHEMES = ("http", "https")
 _VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+LOOPBACK: tuple[Network, ...] = (
+    ipaddress.ip_network("127.0.0.0/8"),
+    ipaddress.ip_network("::1/128"),
+)
+"""Addresses never reached through a proxy (with the name ``localhost``): a proxy elsewhere
+would reach its own host, not the worker's."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ def operator_proxies() -> Proxies:
                 continue
             _check_pattern(pattern)
         mounts[pattern] = url
+    if any(url is not None for url in mounts.values()):
+        mounts.setdefault("all://localhost", None)
+        networks += LOOPBACK
     return Proxies(mounts, tuple(networks))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from psych_runtime.activities.egress import Egress, EgressRules, EgressSettings
+from psych_runtime.activities.egress import Egress, EgressDenied, EgressRules, EgressSettings
 from psych_runtime.specs import SpecError
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -56,6 +56,12 @@ async def servers(no_proxies: None) -> AsyncIterator[tuple[Server, Server]]:
         await running.wait_closed()
 
 
+async def _models_internal(host: str, port: int) -> list[str]:
+    """The tests' DNS: the model endpoint's name is the origin's loopback address."""
+    assert host in ("models.internal", "localhost"), host
+    return ["127.0.0.1"]
+
+
 async def test_a_model_endpoint_is_reached_through_the_operators_proxy(
     servers: tuple[Server, Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,9 +70,9 @@ async def test_a_model_endpoint_is_reached_through_the_operators_proxy(
     # policy (no allow rules: not the suite's loopback allowance) refuses loopback to a
     # host nobody configured.
     monkeypatch.setenv("HTTP_PROXY", f"http://localhost:{proxy.port}")
-    port = Egress(EgressSettings(), operator_hosts=frozenset({"127.0.0.1"}))
+    port = Egress(EgressSettings(), operator_hosts=frozenset({"models.internal"}))
     try:
-        url = f"http://127.0.0.1:{origin.port}/v1/chat/completions"
+        url = f"http://models.internal:{origin.port}/v1/chat/completions"
         answer = await port.http(None, "operator").get(url)
     finally:
         await port.aclose()
@@ -75,23 +81,38 @@ async def test_a_model_endpoint_is_reached_through_the_operators_proxy(
     assert origin.lines == []
 
 
-async def test_no_proxy_and_a_specs_url_go_straight_to_the_host(
+async def test_no_proxy_loopback_and_a_specs_url_go_straight_to_the_host(
     servers: tuple[Server, Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     origin, proxy = servers
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
-    url = f"http://127.0.0.1:{origin.port}/v1/models"
     loopback = EgressSettings(rules=EgressRules(allow_cidrs=("127.0.0.1/32",)))
-    port = Egress(loopback, operator_hosts=frozenset({"127.0.0.1"}))
+    hosts = frozenset({"models.internal", "127.0.0.1", "localhost"})
+    port = Egress(loopback, operator_hosts=hosts, resolver=_models_internal)
     try:
         # A Spec's URL never goes through a proxy: the policy judges the address itself.
-        assert (await port.http("acme", "spec").get(url)).text == "origin"
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        assert (await port.http(None, "operator").get(url)).text == "origin"
+        spec = f"http://127.0.0.1:{origin.port}/v1/spec"
+        assert (await port.http("acme", "spec").get(spec)).text == "origin"
+        # Nor does the worker's own host: a proxy would reach its own (``LOOPBACK``).
+        model = port.http(None, "operator")
+        for host in ("127.0.0.1", "localhost"):
+            assert (await model.get(f"http://{host}:{origin.port}/v1/own")).text == "origin"
+        monkeypatch.setenv("NO_PROXY", "models.internal")
+        named = f"http://models.internal:{origin.port}/v1/named"
+        other = Egress(loopback, operator_hosts=hosts, resolver=_models_internal)
+        try:
+            assert (await other.http(None, "operator").get(named)).text == "origin"
+        finally:
+            await other.aclose()
     finally:
         await port.aclose()
     assert proxy.lines == []
-    assert origin.lines == ["GET /v1/models HTTP/1.1"] * 2
+    assert origin.lines == [
+        "GET /v1/spec HTTP/1.1",
+        "GET /v1/own HTTP/1.1",
+        "GET /v1/own HTTP/1.1",
+        "GET /v1/named HTTP/1.1",
+    ]
 
 
 async def test_a_proxy_the_client_cannot_go_through_is_refused_naming_its_variable(
@@ -150,20 +171,22 @@ async def test_a_proxy_setting_the_client_cannot_use_is_refused_naming_its_varia
 async def test_an_address_in_a_no_proxy_network_goes_straight(
     servers: tuple[Server, Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # httpx's mounts take "127.0.0.0/8" as the one address 127.0.0.0, and refuse an IPv6
-    # network ("fd00::/8": InvalidURL when the client is made).
+    # httpx's mounts take "10.0.0.0/8" as the one address 10.0.0.0, and refuse an IPv6
+    # network ("fd00::/8": InvalidURL when the client is made). Sent straight, 10.1.2.3 is
+    # refused by the policy before any connection (a private address nobody configured):
+    # through the proxy it would have been answered by it.
     origin, proxy = servers
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
-    monkeypatch.setenv("NO_PROXY", "fd00::/8, 127.0.0.0/8")
-    port = Egress(EgressSettings(), operator_hosts=frozenset({"127.0.0.1", "localhost"}))
+    monkeypatch.setenv("NO_PROXY", "fd00::/8, 10.0.0.0/8")
+    port = Egress(EgressSettings(), operator_hosts=frozenset({"models.internal"}))
     try:
         client = port.http(None, "operator")
-        straight = f"http://127.0.0.1:{origin.port}/v1/models"
-        assert (await client.get(straight)).text == "origin"
+        with pytest.raises(EgressDenied, match=r"10\.1\.2\.3"):
+            await client.get(f"http://10.1.2.3:{origin.port}/v1/models")
         # A name is not matched by address: through the proxy.
-        named = f"http://localhost:{origin.port}/v1/models"
+        named = f"http://models.internal:{origin.port}/v1/models"
         assert (await client.get(named)).text == "proxy"
     finally:
         await port.aclose()
-    assert origin.lines == ["GET /v1/models HTTP/1.1"]
+    assert origin.lines == []
     assert proxy.lines == [f"GET {named} HTTP/1.1"]
