@@ -22,6 +22,7 @@ from psych_runtime.specs._credentials import header_credentials, url_credentials
 from psych_runtime.specs._depth import DepthCap
 from psych_runtime.specs._documents import MAX_SPEC_BYTES, tree_problem
 from psych_runtime.specs._endpoint import endpoint_problems
+from psych_runtime.specs._headers import header_problems
 from psych_runtime.specs._mcp_tool_names import MCP_TOOL_SEPARATOR, sanitise_tool_name
 from psych_runtime.specs._models import (
     A2APeer,
@@ -217,6 +218,7 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
         problems.append(Problem(f"{path}.input_schema.type", "must be 'object'"))
     problems += url_credentials(tool.url, f"{path}.url")
     problems += header_credentials(tool.headers, f"{path}.headers")
+    problems += header_problems(tool.headers, f"{path}.headers")
     return problems
 
 
@@ -433,8 +435,9 @@ def validate(
     enforced by the models themselves when the Spec is built; this finds what needs the
     whole tree or the world: registrations, models, reachability, links, depths, name
     collisions, templates, other credentials written as literals in URLs and headers
-    instead of named, a WorkflowSpec's limits and suspension fields a WorkflowRun does not
-    read (``specs._workflow_fields``), every field the runtime does not implement yet
+    instead of named, an HTTP tool's headers no request can carry as written
+    (``specs._headers``), a WorkflowSpec's limits and suspension fields a WorkflowRun does
+    not read (``specs._workflow_fields``), every field the runtime does not implement yet
     (``unsupported_features``), and a Spec whose canonical JSON cannot be encoded or is
     larger than ``MAX_SPEC_BYTES``.
     """

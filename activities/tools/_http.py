@@ -21,6 +21,8 @@ _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 """A URL template placeholder; the same pattern publish-time validation checks."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 NOT_SAFE_TO_REPEAT = frozenset({"POST", "PATCH"})
+_HEADER_TEXT = re.compile(r"[\t\x20-\x7e]+")
+"""What a header value may hold as the client sends it: visible ASCII, spaces and tabs."""
 
 
 class ToolError(Exception):
@@ -66,6 +68,14 @@ async def build_request(
     if tool.credential is not None:
         secret = await credential_value(secrets, input, tool.credential)
         redact.add(tool.credential, secret)
+        if not _HEADER_TEXT.fullmatch(secret):
+            # Sent, it would fail in the HTTP layer with an error quoting the header (as
+            # bytes, in a form redaction may not know), or go out cut short.
+            raise ToolError(
+                f"{tool.name}: credential {tool.credential!r} cannot be sent: its value has "
+                "a character an HTTP header cannot carry (a line break, such as a trailing "
+                "newline, another control character, or non-ASCII text); nothing was sent"
+            )
         headers["Authorization"] = f"Bearer {secret}"
     timeout = httpx.Timeout(tool.timeout_seconds)
     try:
