@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from psych_runtime.specs import AgentBuilder
+from psych_runtime.specs import AgentBuilder, ValidationFailed
 from psych_runtime.testing import Reply, ToolCall
 from psych_runtime.workflows import RunStatus
 
@@ -107,3 +107,29 @@ async def test_a_schema_without_a_type_is_sent_as_an_object(
         "type": "object",
         "properties": {"order_id": {"type": "string"}},
     }
+
+
+async def test_a_host_header_is_refused_at_publish_and_dispatch(
+    harness: Harness, api: CountingServer
+) -> None:
+    # The egress policy judges the URL's host; a literal Host header was sent as written,
+    # addressing another site behind the same server (a shared ingress routes by it).
+    spec = (
+        AgentBuilder("steered")
+        .model("fake-model")
+        .http_tool(
+            "get_status",
+            description="Get the status.",
+            url=api.url + "/status",
+            method="GET",
+            headers={"Host": "admin.internal.test"},
+        )
+        .build()
+    )
+    said = r"tools\[get_status\]\.headers\[Host\]: a literal Host header is refused"
+    with pytest.raises(ValidationFailed, match=said):
+        harness.client.publish(spec)
+    async with harness.worker():
+        with pytest.raises(ValidationFailed, match=said):
+            await harness.client.dispatch(spec, "go", scope=harness.scope)
+    assert api.seen == []
