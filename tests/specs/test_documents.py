@@ -195,8 +195,10 @@ def test_lone_surrogate_in_a_built_spec_is_a_validation_problem_not_a_crash(
     )
     spec = AgentSpec(name="a", model=ModelRef(model="m"), tools=[tool])
     problems = validate(spec)
-    assert [p.path for p in problems] == ["tools[0].headers.X-Note"]
-    assert "lone surrogate U+DCE9" in problems[0].message
+    # Also a value no request can carry (specs/_headers.py), said by the header's path.
+    assert [p.path for p in problems] == ["tools[t].headers[X-Note]", "tools[0].headers.X-Note"]
+    assert "non-ASCII" in problems[0].message
+    assert "lone surrogate U+DCE9" in problems[1].message
     with pytest.raises(SpecError, match=r"tools\[0\]\.headers\.X-Note: contains a lone"):
         FileVersionStore(tmp_path).publish(spec)
 
