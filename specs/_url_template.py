@@ -29,5 +29,16 @@ def host_placeholders(url: str) -> list[str]:
     return [name for index, name in enumerate(names) if _marker(index) in before_path]
 
 
+def fragment_placeholders(url: str) -> list[str]:
+    """The placeholders of an HTTP tool's URL template that fall in its fragment (after
+    ``#``), which a client never sends: an argument filling one would be dropped."""
+    names = url_placeholders(url)
+    marked = url
+    for index, name in enumerate(names):
+        marked = marked.replace(f"{{{name}}}", _marker(index), 1)
+    fragment = urlsplit(marked).fragment
+    return [name for index, name in enumerate(names) if _marker(index) in fragment]
+
+
 def _marker(index: int) -> str:
     return f"psychplaceholder{index}x"

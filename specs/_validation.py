@@ -49,7 +49,11 @@ from psych_runtime.specs._subagents import (
 )
 from psych_runtime.specs._tool_steps import tool_step_problems
 from psych_runtime.specs._unsupported import unsupported_features
-from psych_runtime.specs._url_template import host_placeholders, url_placeholders
+from psych_runtime.specs._url_template import (
+    fragment_placeholders,
+    host_placeholders,
+    url_placeholders,
+)
 from psych_runtime.specs._version import canonical_bytes
 from psych_runtime.specs._workflow_fields import unread_workflow_fields
 
@@ -204,6 +208,14 @@ def _check_http_tool(tool: HttpTool, path: str) -> list[Problem]:
                 f"placeholder {{{placeholder}}} is in the scheme, host or port: arguments "
                 "may fill the path and the query only (the model would choose where the "
                 "request and its credential go)",
+            )
+        )
+    for placeholder in fragment_placeholders(tool.url):
+        problems.append(
+            Problem(
+                f"{path}.url",
+                f"placeholder {{{placeholder}}} is in the fragment (after '#'), which is "
+                "never sent: the argument filling it would be dropped",
             )
         )
     for placeholder in url_placeholders(tool.url):

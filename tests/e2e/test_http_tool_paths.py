@@ -133,3 +133,36 @@ async def test_a_host_header_is_refused_at_publish_and_dispatch(
         with pytest.raises(ValidationFailed, match=said):
             await harness.client.dispatch(spec, "go", scope=harness.scope)
     assert api.seen == []
+
+
+async def test_a_placeholder_in_the_fragment_is_refused_at_publish(
+    harness: Harness, api: CountingServer
+) -> None:
+    # A client never sends a URL's fragment: the argument filling `{section}` was taken
+    # out of the query (it fills a placeholder) and then dropped with the fragment, and
+    # the call went out without it, answered "ok".
+    spec = (
+        AgentBuilder("fragment")
+        .model("fake-model")
+        .http_tool(
+            "get_doc",
+            description="Get a document's section.",
+            url=api.url + "/docs/{doc}#{section}",
+            method="GET",
+            input_schema={
+                "type": "object",
+                "properties": {"doc": {"type": "string"}, "section": {"type": "string"}},
+            },
+        )
+        .build()
+    )
+    said = (
+        r"tools\[get_doc\]\.url: placeholder \{section\} is in the fragment \(after '#'\), "
+        r"which is never sent"
+    )
+    with pytest.raises(ValidationFailed, match=said):
+        harness.client.publish(spec)
+    async with harness.worker():
+        with pytest.raises(ValidationFailed, match=said):
+            await harness.client.dispatch(spec, "go", scope=harness.scope)
+    assert api.seen == []
