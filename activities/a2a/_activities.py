@@ -46,6 +46,7 @@ from psych_runtime.activities.a2a._answer import (
     answer_of_task,
     question_text,
     state_name,
+    with_handles,
 )
 from psych_runtime.activities.a2a._cancel import Cancelling
 from psych_runtime.activities.a2a._cards import Cards
@@ -224,7 +225,8 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             waiting = await self._store(input, "wait", text, started, once)
             return plan.stamp(waiting.model_copy(update={"wait_token": answer.id}))
         final, shown = await plan.after(answer.status, redact(answer.text))
-        return plan.stamp(await self._store(input, final, shown, started, once, unsent))
+        stored = await self._store(input, final, shown, started, once, unsent)
+        return plan.stamp(with_handles(stored, answer))
 
     @activity.defn(name=A2A_POLL)
     async def poll(self, input: A2aPollInput) -> ToolOutcome:
@@ -271,7 +273,7 @@ class A2aActivities(Cards, Cancelling, ActivityClass):
             await self._give_up(transport, task, input, context, connection.redact)
         answer = await self._answer(task, input)
         final, shown = await plan.after(answer.status, connection.redact(answer.text))
-        return plan.stamp(await self._store(input, final, shown, started))
+        return plan.stamp(with_handles(await self._store(input, final, shown, started), answer))
 
     async def _push_config(
         self, input: A2aToolCall, card: AgentCard

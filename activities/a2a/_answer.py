@@ -15,7 +15,11 @@ from typing import Literal
 from a2a.types.a2a_pb2 import Artifact, Message, Part, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from psych_runtime.activities.contract import A2A_MESSAGE_ARGUMENT, A2A_TASK_ARGUMENT
+from psych_runtime.activities.contract import (
+    A2A_MESSAGE_ARGUMENT,
+    A2A_TASK_ARGUMENT,
+    ToolOutcome,
+)
 
 PREVIEW_CHARS = 512
 """Characters of a large artifact shown next to its handle."""
@@ -56,6 +60,17 @@ class Answer:
     sent: bool = True
     """False: the message provably never left (the peer's card could not be had, the
     message was malformed, its connection was refused: ``never_sent``)."""
+    stored: tuple[str, ...] = ()
+    """The refs of the artifacts stored as their own blobs, which ``text`` names as
+    handles (``ToolOutcome.handles``: the Run's own to read)."""
+
+
+def with_handles(outcome: ToolOutcome, answer: Answer) -> ToolOutcome:
+    """``outcome``, the stored ``answer``, naming the artifacts stored as their own blobs
+    (``ToolOutcome.handles``), so the Run reads them as its own."""
+    if not answer.stored:
+        return outcome
+    return outcome.model_copy(update={"handles": answer.stored})
 
 
 def state_name(state: int) -> str:
@@ -100,7 +115,9 @@ def _cut_short(artifact: Artifact) -> bool:
     return value is not None and value.WhichOneof("kind") == "bool_value" and value.bool_value
 
 
-async def _artifact(artifact: Artifact, limit: int, store: Store) -> str:
+async def _artifact(artifact: Artifact, limit: int, store: Store) -> tuple[str, str | None]:
+    """The artifact as the model reads it, and the ref it was stored under (None: shown
+    whole)."""
     title = artifact.name or artifact.artifact_id or "artifact"
     # Before the artifact, so the model reads it even when only a preview is shown.
     note = (
@@ -112,13 +129,13 @@ async def _artifact(artifact: Artifact, limit: int, store: Store) -> str:
     body = parts_text(artifact.parts)
     data = body.encode()
     if len(data) <= limit:
-        return f'{note}Artifact "{title}":\n{body}'
+        return f'{note}Artifact "{title}":\n{body}', None
     ref = await store(data)
     preview = body[:PREVIEW_CHARS]
     return (
         f'{note}Artifact "{title}" is {len(data)} bytes, stored under handle {ref}; call '
         f'read_tool_output with handle "{ref}" to read it. It begins:\n{preview}'
-    )
+    ), ref
 
 
 async def answer_of_message(message: Message) -> Answer:
@@ -170,7 +187,11 @@ async def answer_of_task(
     if said:
         lines.append(said)
     per_artifact = max(large_result_bytes // max(len(task.artifacts), 1), PREVIEW_CHARS)
+    stored: list[str] = []
     for artifact in task.artifacts:
-        lines.append(await _artifact(artifact, per_artifact, store))
+        shown, ref = await _artifact(artifact, per_artifact, store)
+        lines.append(shown)
+        if ref is not None and ref not in stored:
+            stored.append(ref)
     status: Literal["ok", "error"] = "ok" if state == TaskState.TASK_STATE_COMPLETED else "error"
-    return Answer(status, "\n\n".join(lines))
+    return Answer(status, "\n\n".join(lines), stored=tuple(stored))

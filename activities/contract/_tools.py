@@ -186,6 +186,10 @@ class ToolOutcome(_Compact):
     """Status ``denied`` by the tenant's permits (``TenantPermits``), not by a hook: a code
     or HTTP tool the Run's catalogue offered, revoked since. The Run offers it no more
     (left out while False: the wire of a Run whose calls were never so refused)."""
+    handles: tuple[BlobRef, ...] = ()
+    """Blobs the tool stored beside its result, which the result names as handles for
+    ``read_tool_output`` (an A2A peer's large artifacts): the Run's own, as ``result_ref``
+    is (left out while empty: the wire of every other outcome)."""
 
 
 class ReadOutputInput(_Payload):

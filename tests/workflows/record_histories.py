@@ -2318,6 +2318,34 @@ async def a2a_poll_ran_arguments(rig: Rig) -> RunHandle:
         return await rig.run(rig.agent("a2a").a2a_peer("travel", peer.url).build())
 
 
+_ARTIFACT_REF = "sha256:" + hashlib.sha256(b"x" * 3000).hexdigest()
+"""The ref the peer's ``big:3000`` artifact is stored under (its blob's content hash)."""
+
+
+async def a2a_artifact_handle_read_before_patch(rig: Rig) -> RunHandle:
+    """A peer's 3,000-byte artifact over ``large_result_bytes=1000``, stored as its own blob
+    and shown as a handle, which the model reads with read_tool_output; recorded before
+    psych-a2a-artifact-handles: the handle on no record, the read refused as another
+    Run's."""
+    async with serve_peer(("book",)) as peer:
+        rig.fake.enqueue(
+            Reply.tool_calls(ToolCall("travel__book", {"message": "big:3000"})),
+            Reply.tool_calls(
+                ToolCall("read_tool_output", {"handle": _ARTIFACT_REF, "length": 4000}, id="r1")
+            ),
+            Reply.text("Booked."),
+        )
+        spec = rig.agent("a2a").a2a_peer("travel", peer.url).limits(large_result_bytes=1000)
+        return await rig.run(spec.build())
+
+
+async def a2a_artifact_handle_read(rig: Rig) -> RunHandle:
+    """The same, behind psych-a2a-artifact-handles (its marker as the peer call's record is
+    made): the artifact's ref on that record, the read the Run's own (psych.tool.read_output
+    runs)."""
+    return await a2a_artifact_handle_read_before_patch(rig)
+
+
 # --- compaction and threads (issue 10 items 3 and 5) --------------------------------------
 
 _OVER = FakeUsage(input_tokens=500, output_tokens=5)
@@ -3598,6 +3626,9 @@ _ON: list[tuple[Server, Callable[[Rig], Awaitable[RunHandle]]]] = [
     # Recorded before psych-child-answer-unstored-read (the old branch); never re-record it.
     ("dev", delegate_answer_unstored_before_patch),
     ("dev", delegate_answer_unstored),
+    # Recorded before psych-a2a-artifact-handles (the old branch); never re-record it.
+    ("dev", a2a_artifact_handle_read_before_patch),
+    ("dev", a2a_artifact_handle_read),
 ]
 SHAPES = tuple(Shape(fn.__name__, server, fn) for server, fn in _ON)
 """Every shape with a committed history, in recording order."""

@@ -257,6 +257,11 @@ PATCHES: dict[str, str] = {
     # (workflows/features/_subagents.py, ``answer_result``); a Run recorded before failed.
     # Asked only on that failure.
     "psych-child-answer-unstored-read": "0.1.0",
+    # An A2A peer's artifact stored as its own blob (over its share of large_result_bytes)
+    # is on the call's record (workflows/kernel/_tool_result.py, ``stored_handles``), so
+    # read_tool_output reads it as the Run's own; a Run recorded before refused it. Asked
+    # only for an outcome naming such a blob, as its record is made.
+    "psych-a2a-artifact-handles": "0.1.0",
 }
 """Patch id -> the release that added it. ``psych-roles-apart`` records a fact (the fleet
 runs roles apart, ``workflows/kernel/_activity_calls.py``), not a code change: it is never

@@ -142,6 +142,8 @@ class ToolCallFinished(_Record):
     """What the tool ran with, when a pre hook rewrote the model's arguments (else None)."""
     hooks: tuple[HookEffect, ...] = ()
     """Each tool-call hook that denied, rewrote or failed, in the order they ran."""
+    handles: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
+    """Blobs stored beside the result that it names as handles (``ToolOutcome.handles``)."""
 
 
 class ToolWithheld(_Record):

@@ -1,7 +1,8 @@
 """Which stored results (blob refs) a Run may read back with ``read_tool_output``, and
 hand on to a child it starts (``features/_results.py`` says why).
 
-A Run owns a handle it was shown (its ``tool_call_finished`` records, carried across
+A Run owns a handle it was shown (its ``tool_call_finished`` records: a stored result's,
+and the blobs stored beside one that it names, ``ToolCallFinished.handles``; carried across
 continue-as-new), one its parent handed it (``ParentBounds.handed``), and one a child of
 it handed back when it settled (``RunResult.handles``, kept as ``RunView.held``). Nothing
 here reads a blob or the clock: each answer follows from the Run's history.
@@ -48,11 +49,9 @@ def own_handles(run: RunView) -> frozenset[str]:
     handed, or handed back by a child: what it may read back, and hand on."""
     carry = run.input.carry
     carried = carry.features.get(RESULTS) if carry is not None else None
-    shown = {
-        record.result_ref
-        for record in run.log
-        if isinstance(record, ToolCallFinished) and record.truncated and record.result_ref
-    }
+    finished = [record for record in run.log if isinstance(record, ToolCallFinished)]
+    shown = {record.result_ref for record in finished if record.truncated and record.result_ref}
+    shown.update(ref for record in finished for ref in record.handles)
     return frozenset(carried or ()) | shown | handed(run.input) | run.held
 
 

@@ -219,7 +219,20 @@ def finished(stamp: Stamp, turn: int, result: ToolResult) -> ToolCallFinished:
         latency=outcome.latency if outcome else None,
         ran_arguments=ran.ran_arguments if ran else None,
         hooks=ran.hooks if ran else (),
+        handles=stored_handles(outcome),
     )
+
+
+def stored_handles(outcome: ToolOutcome | None) -> tuple[str, ...]:
+    """The blobs ``outcome`` names as handles beside its result (an A2A peer's large
+    artifacts), the Run's own from its record on (since the patch
+    ``psych-a2a-artifact-handles``, asked only for an outcome with any: until 12-08 they
+    were on no record, and ``read_tool_output`` refused them as another Run's)."""
+    if outcome is None or not outcome.handles:
+        return ()
+    if not workflow.patched("psych-a2a-artifact-handles"):
+        return ()
+    return outcome.handles
 
 
 async def refused_repeated_id(call: ToolCallRequest) -> ToolResult:
