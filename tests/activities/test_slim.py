@@ -368,8 +368,9 @@ async def test_the_frozen_derivation_is_what_the_stores_write_today(tmp_path: Pa
         (HttpToolCall, SlimHttpToolCall, set()),
         (ModelCallResult, SlimModelCallResult, {"model"}),  # the workflow knows what it called
         # The workflow knows which call it made; only an MCP call (whose wire form is the
-        # full ToolOutcome) ends ``input_required``, never a code or HTTP tool's slim one.
-        (ToolOutcome, SlimToolOutcome, {"call_id", "input_required"}),
+        # full ToolOutcome) ends ``input_required``, and only an A2A call (full too) stores
+        # blobs beside its result (``handles``), never a code or HTTP tool's slim one.
+        (ToolOutcome, SlimToolOutcome, {"call_id", "input_required", "handles"}),
     ],
 )
 def test_every_field_has_a_wire_field_or_is_derived(
