@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import ToolCallRequest, ToolDefinition
@@ -87,8 +87,13 @@ class Questions(Feature):
                 # The blob store down through the store's retries: the model reads the
                 # answer cut (since psych-answer-unstored-read, asked only then; a Run
                 # recorded before failed).
-                cancelled = isinstance(err.__cause__, CancelledError)
-                if cancelled or not workflow.patched("psych-answer-unstored-read"):
-                    raise
-                return unstored(call, "ok", text, limit, cause_text(err))
+                return unstored(
+                    err,
+                    lambda: workflow.patched("psych-answer-unstored-read"),
+                    call,
+                    "ok",
+                    text,
+                    limit,
+                    cause_text(err),
+                )
         return inline(call, "ok", text)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from psych_runtime.activities.contract import (
@@ -262,10 +262,15 @@ async def answer_result(run: RunView, call: ToolCallRequest, text: str) -> ToolR
     try:
         return await stored(call, text, limit, summary=summary)
     except ActivityError as err:
-        cancelled = isinstance(err.__cause__, CancelledError)
-        if cancelled or not workflow.patched("psych-child-answer-unstored-read"):
-            raise
-        return unstored(call, "ok", text, limit, cause_text(err))
+        return unstored(
+            err,
+            lambda: workflow.patched("psych-child-answer-unstored-read"),
+            call,
+            "ok",
+            text,
+            limit,
+            cause_text(err),
+        )
 
 
 def _bad_arguments(arguments: dict[str, Any], known: str) -> str | None:

@@ -324,11 +324,15 @@ class ToolCalls(FeatureView):
             # The blob store down through the store's retries: a rejection is no failure
             # of the Run, the model reads it cut (since psych-rejection-unstored-read,
             # asked only then; a Run recorded before failed).
-            cancelled = isinstance(err.__cause__, CancelledError)
-            if cancelled or not workflow.patched("psych-rejection-unstored-read"):
-                raise
-            text = rejection_text(answer.note)
-            return unstored(call, "rejected", text, limit, cause_text(err))
+            return unstored(
+                err,
+                lambda: workflow.patched("psych-rejection-unstored-read"),
+                call,
+                "rejected",
+                rejection_text(answer.note),
+                limit,
+                cause_text(err),
+            )
 
     async def _external(
         self, call: ToolCallRequest, outcome: ToolOutcome, code: bool, arguments: dict[str, Any]

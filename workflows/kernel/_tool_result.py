@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -135,13 +135,28 @@ def rejection_text(note: str | None) -> str:
 
 
 def unstored(
-    call: ToolCallRequest, status: ToolCallStatus, text: str, limit: int, why: str
+    err: ActivityError,
+    granted: Callable[[], bool],
+    call: ToolCallRequest,
+    status: ToolCallStatus,
+    text: str,
+    limit: int,
+    why: str,
 ) -> ToolResult:
     """A result the workflow made (``text``: a rejection with the approver's note, a
-    person's answer) over ``limit`` that ``psych.tool.store_result`` could not store
-    (``why``: its failure through its retries, the blob store down): its first ``limit``
-    bytes, and why the rest is not there to read; no failure of the tool. The whole stays
-    in the Run's ``resumed`` record, where a person's words always are."""
+    person's or a child's answer) over ``limit`` that ``psych.tool.store_result`` could not
+    store (``err``: its failure through its retries, the blob store down; ``why``: its
+    words): its first ``limit`` bytes, and why the rest is not there to read; no failure of
+    the tool. The whole stays in the Run's records, where a person's words always are.
+    ``granted`` asks the caller's patch (asked only on that failure, after a cancellation
+    is ruled out; a Run recorded before failed).
+
+    Raises:
+        ActivityError: ``err`` again when the call was cancelled, or the patch is not
+            granted (replaying a Run recorded before).
+    """
+    if isinstance(err.__cause__, CancelledError) or not granted():
+        raise err
     whole = text.encode(errors="replace")
     cut = whole[:limit].decode(errors="ignore")
     said = (
