@@ -3,7 +3,12 @@ as its own blob and shown as a handle: ``read_tool_output`` reads it as the Run'
 whether the call had the answer within its hold, a peer's push ended the Run's wait on its
 task, or the Run's poller read it. Until 12-08 the handle was on no record of the Run's,
 so every read was refused as another Run's (the patch ``psych-a2a-artifact-handles`` puts
-it on the call's record)."""
+it on the call's record).
+
+So is a whole answer over the bound that the Run's poller read (its task still working when
+the call's hold ended): until 12-08 it was shown with its handle, but the call's record held
+neither the handle nor ``truncated`` (the patch ``psych-a2a-polled-answer-as-read`` took
+the read's outcome as the call's result)."""
 
 from __future__ import annotations
 
@@ -99,3 +104,18 @@ async def test_a_large_artifact_a_push_brought_is_a_handle_read_tool_output_read
     [resumed] = [r for r in records if isinstance(r, Resumed)]
     assert resumed.by == harness.scope.principal  # the push ended the wait, not a poll
     _read_as_own(shown, records)
+
+
+# 950 characters: the artifact shown whole (within the bound), the whole answer over it.
+@pytest.mark.parametrize("message", ["slowbig:2:950", "big:950"], ids=["polled", "held"])
+async def test_a_polled_answer_over_large_result_bytes_is_a_handle_the_model_reads(
+    harness: Harness, message: str
+) -> None:
+    shown, records = await _read_back(harness, message)
+    assert len(shown) == 2, shown
+    assert "too large to show whole" in shown[0] and len(shown[0]) < 2000, shown[0][:300]
+    finished = {r.call_id: r for r in records if isinstance(r, ToolCallFinished)}
+    assert finished["r1"].status == "ok", shown[1][:300]
+    assert 'Artifact "blob":' in shown[1] and "x" * 950 in shown[1], shown[1][:300]
+    (called,) = [r for r in records if isinstance(r, ToolCallFinished) and r.call_id != "r1"]
+    assert called.truncated and called.result_ref is not None
